@@ -1,0 +1,56 @@
+"""The package itself: cheap import, symmetric load/unload, configuration loading."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import torchdevmagic
+from torchdevmagic.magics import MAGIC_CLASSES
+
+
+def test_import_pulls_in_nothing_heavy() -> None:
+    code = textwrap.dedent(
+        """
+        import json, sys
+        import torchdevmagic
+        print(json.dumps([m for m in ("torch", "IPython", "pynvml", "rich") if m in sys.modules]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_version_and_lazy_api() -> None:
+    assert torchdevmagic.__version__.count(".") == 2
+    for name in torchdevmagic.__all__:
+        assert hasattr(torchdevmagic, name), name
+
+
+def _our_magics(shell: Any) -> set[tuple[str, str]]:
+    found = set()
+    for kind, table in shell.magics_manager.magics.items():
+        for name, fn in table.items():
+            owner = getattr(fn, "__self__", None)
+            if owner is not None and type(owner).__module__.startswith("torchdevmagic"):
+                found.add((kind, name))
+    return found
+
+
+def test_load_unload_reload_are_symmetric(_ipython: Any) -> None:
+    shell = _ipython
+    shell.extension_manager.load_extension("torchdevmagic")
+    loaded = _our_magics(shell)
+    assert len(loaded) >= len(MAGIC_CLASSES)
+    shell.extension_manager.unload_extension("torchdevmagic")
+    assert _our_magics(shell) == set()
+    ours = {spec.split(":")[1] for spec in MAGIC_CLASSES}
+    assert ours.isdisjoint(shell.magics_manager.registry)
+    shell.run_line_magic("load_ext", "torchdevmagic")
+    shell.run_line_magic("reload_ext", "torchdevmagic")
+    assert _our_magics(shell) == loaded
+    shell.run_line_magic("unload_ext", "torchdevmagic")
+    assert _our_magics(shell) == set()

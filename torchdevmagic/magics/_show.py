@@ -1,0 +1,21 @@
+"""Show a result object the way the front end renders best."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def is_terminal(shell: Any) -> bool:
+    return type(shell).__name__ == "TerminalInteractiveShell"
+
+
+def show(shell: Any, result: Any) -> None:
+    """Terminal IPython gets rich output; notebooks get HTML plus ``text/plain``."""
+    if is_terminal(shell):
+        from rich.console import Console
+
+        Console(highlight=False).print(result.__rich__())
+        return
+    from IPython.display import display
+
+    display(result)
