@@ -1,0 +1,526 @@
+"""scan(): what it finds, how it names it, how it counts memory, and what it refuses to do."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gc
+import subprocess
+import sys
+import textwrap
+import weakref
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from torchdevmagic import scan
+from torchdevmagic.report import DevicesReport
+
+
+def run_scan(ns: dict[str, Any], **kw: Any) -> DevicesReport:
+    kw.setdefault("gpus", False)
+    return scan(ns, **kw)
+
+
+def paths(report: DevicesReport) -> set[str]:
+    return {r.path for r in report.rows}
+
+
+# --- what it finds and how it names it ---------------------------------------------------------
+
+
+def test_names_rows_by_the_path_a_user_would_type() -> None:
+    Pair = collections.namedtuple("Pair", "left right")
+
+    @dataclasses.dataclass
+    class Cfg:
+        weights: torch.Tensor
+        name: str = "cfg"
+
+    class Plain:
+        def __init__(self) -> None:
+            self.table = {"emb": torch.zeros(2)}
+
+    ns = {
+        "batch": {"input_ids": torch.ones(4, 8, dtype=torch.long), 3: torch.zeros(1)},
+        "pairs": [(torch.zeros(2), torch.zeros(3))],
+        "cfg": Cfg(torch.zeros(5)),
+        "pt": Pair(torch.zeros(1), 7),
+        "holder": Plain(),
+        "tags": {torch.zeros(6)},
+        "frozen": (torch.zeros(1),),
+    }
+    found = paths(run_scan(ns))
+    assert {
+        "batch['input_ids']",
+        "batch[3]",
+        "pairs[0][0]",
+        "pairs[0][1]",
+        "cfg.weights",
+        "pt.left",
+        "holder.table['emb']",
+        "tags{#0}",
+        "frozen[0]",
+    } == found
+
+
+def test_row_fields_for_a_tensor() -> None:
+    ns = {"x": torch.zeros(32, 784), "p": nn.Parameter(torch.zeros(3))}
+    report = run_scan(ns)
+    x = report.row("x")
+    assert (x.kind, x.type_name, x.device, x.dtype, x.shape) == (
+        "tensor",
+        "Tensor",
+        "cpu",
+        "float32",
+        (32, 784),
+    )
+    assert x.nbytes == 32 * 784 * 4
+    p = report.row("p")
+    assert (p.kind, p.type_name, p.requires_grad) == ("parameter", "Parameter", True)
+
+
+def test_hidden_and_private_names_need_all() -> None:
+    ns = {"_secret": torch.zeros(1), "In": [], "Out": {1: torch.zeros(2)}, "shown": torch.zeros(1)}
+    assert paths(run_scan(ns)) == {"shown"}
+    assert paths(run_scan(ns, include_hidden=True)) == {"_secret", "Out[1]", "shown"}
+    assert paths(run_scan({"h": torch.zeros(1)}, hidden={"h"})) == set()
+
+
+def test_module_row_has_device_breakdown_with_grads() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model(torch.randn(3, 4)).sum().backward()
+    report = run_scan({"model": model})
+    row = report.row("model")
+    assert row.kind == "module" and row.type_name == "Sequential"
+    assert row.device == "cpu"
+    params = (4 * 8 + 8 + 8 * 2 + 2) * 4
+    assert row.nbytes == 2 * params  # weights and their grads
+    assert [(s.device, s.count, s.nbytes) for s in row.breakdown] == [("cpu", 8, 2 * params)]
+    assert row.note == "4 tensors"
+
+
+def test_split_module_is_a_finding_naming_the_odd_parameters() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    model[1].to("meta")
+    report = run_scan({"model": model})
+    assert report.row("model").device == "mixed"
+    (finding,) = [f for f in report.findings if f.code == "split_module"]
+    assert "model[1].weight" in finding.message and "model[1].bias" in finding.message
+    assert "meta ×2" in finding.message
+    assert finding.fix == "model.to('cpu')"
+
+
+def test_plain_tensor_attribute_is_named_with_register_buffer() -> None:
+    class WithPos(nn.Module):
+        def __init__(self, device: str = "meta") -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3).to(device)
+            self.pos = torch.zeros(3)  # not a buffer: .to() will not move it
+
+    report = run_scan({"net": WithPos()})
+    (finding,) = [f for f in report.findings if f.code == "plain_tensor_attribute"]
+    assert finding.path == "net.pos"
+    assert finding.severity == "warning"  # cpu while the module is on meta
+    assert "register_buffer" in finding.message
+    assert finding.fix == "net.register_buffer('pos', net.pos)"
+    net = WithPos("cpu")
+    (same,) = [f for f in run_scan({"net": net}).findings if f.code == "plain_tensor_attribute"]
+    assert same.severity == "note"
+
+
+def test_optimizer_state_is_counted_and_checked_against_its_parameters() -> None:
+    model = nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    report = run_scan({"model": model, "opt": opt})
+    row = report.row("opt")
+    assert row.kind == "optimizer" and row.type_name == "Adam"
+    # exp_avg + exp_avg_sq per parameter, plus two 0-d float32 step tensors
+    assert row.nbytes == 2 * (8 + 2) * 4 + 2 * 4
+    assert not [f for f in report.findings if f.code == "optimizer_state_device"]
+    # Move one moment to meta: now state and parameter disagree.
+    state = opt.state[model.weight]
+    state["exp_avg"] = state["exp_avg"].to("meta")
+    report = run_scan({"model": model, "opt": opt})
+    (finding,) = [f for f in report.findings if f.code == "optimizer_state_device"]
+    assert "opt.state[model.weight]['exp_avg'] on meta (parameter on cpu)" in finding.message
+
+
+def test_grad_tensor_on_cpu_while_model_is_elsewhere() -> None:
+    ns = {"model": nn.Linear(2, 2).to("meta"), "w": torch.zeros(2, requires_grad=True)}
+    report = run_scan(ns)
+    # meta is not an accelerator: nothing to say
+    assert not [f for f in report.findings if f.code == "grad_tensor_on_cpu"]
+
+
+def test_device_filter_matches_exact_devices() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    model[1].to("meta")
+    ns = {"a": torch.zeros(1), "b": torch.zeros(1, device="meta"), "model": model}
+    assert paths(run_scan(ns, device="meta")) == {"b", "model"}
+    assert paths(run_scan(ns, device="cpu")) == {"a", "model"}
+    assert paths(run_scan(ns, device="cuda")) == set()
+
+
+def test_sorting_and_totals() -> None:
+    ns = {"small": torch.zeros(1), "big": torch.zeros(1000), "mid": torch.zeros(10)}
+    assert [r.path for r in run_scan(ns).rows] == ["big", "mid", "small"]
+    assert [r.path for r in run_scan(ns, sort="name").rows] == ["big", "mid", "small"]
+    assert run_scan(ns).totals() == {"cpu": (1000 + 10 + 1) * 4}
+    ns["a_tiny"] = torch.zeros(1, device="meta")
+    assert [r.path for r in run_scan(ns, sort="device").rows] == ["big", "mid", "small", "a_tiny"]
+    assert run_scan(ns).totals() == {"cpu": (1000 + 10 + 1) * 4, "meta": 0}
+
+
+# --- memory is counted once ------------------------------------------------------------------
+
+
+def test_views_and_aliases_are_counted_once_and_say_what_they_alias() -> None:
+    x = torch.zeros(100, 100)
+    ns = {"x": x, "row": x[0], "same": x}
+    report = run_scan(ns)
+    assert report.totals() == {"cpu": 100 * 100 * 4}
+    assert report.row("row").alias_of == "x" and report.row("row").nbytes == 0
+    assert report.row("same").alias_of == "x"
+    assert report.row("row").note == "view"
+
+
+def test_a_lone_view_says_it_keeps_the_whole_storage_alive() -> None:
+    report = run_scan({"row": torch.zeros(1000, 1000)[0]})
+    assert report.row("row").nbytes == 4_000_000
+    assert "keeps a 3.8 MiB storage alive" in report.row("row").note
+
+
+def test_parameter_named_twice_is_counted_once() -> None:
+    model = nn.Linear(10, 10)
+    report = run_scan({"model": model, "w": model.weight})
+    assert report.totals() == {"cpu": (100 + 10) * 4}
+    assert report.row("w").alias_of == "model.weight"
+
+
+def test_shared_submodule_counted_once() -> None:
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(shared, shared)
+    assert run_scan({"model": model}).row("model").nbytes == (16 + 4) * 4
+
+
+# --- special tensors ----------------------------------------------------------------------------
+
+
+def test_special_tensors_never_crash_the_scan() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = torch.empty(3, 4, device="cuda")
+    lazy = nn.LazyLinear(4)
+    nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+    ns = {
+        "meta": torch.zeros(10, device="meta"),
+        "sparse": torch.eye(4).to_sparse(),
+        "csr": torch.eye(4).to_sparse_csr(),
+        "quant": torch.quantize_per_tensor(torch.zeros(4), 0.1, 0, torch.qint8),
+        "nested": nested,
+        "fake": fake,
+        "lazy": lazy,
+    }
+    report = run_scan(ns)
+    assert report.row("meta").nbytes == 0 and report.row("meta").device == "meta"
+    assert report.row("sparse").note == "sparse_coo" and report.row("sparse").nbytes > 0
+    assert report.row("csr").note == "sparse_csr"
+    assert report.row("quant").nbytes == 4 and report.row("quant").dtype == "qint8"
+    assert report.row("nested").shape is None and report.row("nested").nbytes == 20
+    assert report.row("fake").device == "cuda:0"
+    assert report.row("fake").note == "fake" and report.row("fake").nbytes == 0
+    assert report.row("lazy").kind == "module"
+    assert str(report)  # renders
+
+
+def test_wrapped_modules_are_walked() -> None:
+    inner = nn.Linear(3, 3)
+    compiled = torch.compile(inner)
+    dp = nn.DataParallel(nn.Linear(3, 3))
+    report = run_scan({"compiled": compiled, "dp": dp})
+    assert report.row("compiled").type_name == "OptimizedModule"
+    assert report.row("compiled").nbytes == 12 * 4
+    assert report.row("dp").nbytes == 12 * 4
+
+
+def test_tensor_subclass_overrides_are_not_run() -> None:
+    calls: list[str] = []
+
+    class Spy(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):  # type: ignore[override]
+            calls.append(str(func))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+        @property
+        def device(self) -> Any:  # type: ignore[override]
+            raise RuntimeError("user property ran")
+
+    spy = torch.zeros(3).as_subclass(Spy)
+    calls.clear()
+    report = run_scan({"spy": spy})
+    assert report.row("spy").device == "cpu" and report.row("spy").type_name == "Spy"
+    assert calls == []
+
+
+# --- hostile namespaces ----------------------------------------------------------------------
+
+
+class Exploding:
+    """Every dunder and attribute access raises."""
+
+    def __getattribute__(self, name: str) -> Any:
+        raise RuntimeError(f"touched {name}")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr ran")
+
+    def __len__(self) -> int:
+        raise RuntimeError("len ran")
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("iter ran")
+
+
+class PropertyBomb:
+    def __init__(self) -> None:
+        self.t = torch.zeros(2)
+
+    @property
+    def boom(self) -> Any:
+        raise RuntimeError("property ran")
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("__getattr__ ran")
+
+
+class DictProperty:
+    @property  # type: ignore[misc]
+    def __dict__(self) -> Any:  # type: ignore[override]
+        raise RuntimeError("__dict__ property ran")
+
+
+class LiesAboutClass:
+    def __init__(self) -> None:
+        self.inner = torch.zeros(1)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> Any:  # type: ignore[override]
+        raise RuntimeError("__class__ ran")
+
+
+class Proxy:
+    """lazy-object-proxy style: forwards everything, including __dict__ and __class__."""
+
+    __slots__ = ("__target",)
+
+    def __init__(self, target: Any) -> None:
+        object.__setattr__(self, "_Proxy__target", target)
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("proxy resolved")
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> Any:  # type: ignore[override]
+        raise RuntimeError("proxy __class__")
+
+
+class OverridingDict(dict):  # type: ignore[type-arg]
+    def items(self) -> Any:  # type: ignore[override]
+        raise RuntimeError("items ran")
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("iter ran")
+
+
+class OverridingList(list):  # type: ignore[type-arg]
+    def __getitem__(self, i: Any) -> Any:
+        raise RuntimeError("getitem ran")
+
+    def __len__(self) -> int:
+        raise RuntimeError("len ran")
+
+
+class Slotted:
+    __slots__ = ("a", "empty")
+
+    def __init__(self) -> None:
+        self.a = torch.zeros(2)
+
+
+class FakeDataFrame:
+    """pandas-like: attribute access is magic and slow; __getattr__ raises."""
+
+    def __init__(self) -> None:
+        self._mgr = {"blocks": [1, 2, 3]}
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(name)
+
+    def __len__(self) -> int:
+        raise RuntimeError("len ran")
+
+
+def test_hostile_objects_are_skipped_and_nothing_user_defined_runs() -> None:
+    def gen() -> Any:
+        yield torch.zeros(1)
+        raise RuntimeError("generator consumed")
+
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    d: dict[str, Any] = {}
+    d["self"] = d
+    d["t"] = torch.zeros(3)
+    target = torch.zeros(1)
+    dead_proxy = weakref.proxy(nn.Linear(1, 1))
+    gc.collect()
+    od = OverridingDict(hidden=torch.zeros(4))
+    ol = OverridingList([torch.zeros(5)])
+    ns = {
+        "exploding": Exploding(),
+        "props": PropertyBomb(),
+        "dict_prop": DictProperty(),
+        "liar": LiesAboutClass(),
+        "proxy": Proxy(target),
+        "dead": dead_proxy,
+        "cyclic": cyclic,
+        "d": d,
+        "gen": gen(),
+        "od": od,
+        "ol": ol,
+        "slotted": Slotted(),
+        "df": FakeDataFrame(),
+        "func": lambda: 1 / 0,
+        "module": torch,
+        "cls": Exploding,
+    }
+    report = run_scan(ns)
+    assert paths(report) == {
+        "props.t",
+        "liar.inner",
+        "d['t']",
+        "od['hidden']",
+        "ol[0]",
+        "slotted.a",
+    }
+    assert str(report) and report.to_html()
+
+
+def test_numpy_arrays_are_not_walked() -> None:
+    np = pytest.importorskip("numpy")
+    report = run_scan({"arr": np.zeros((1000, 1000)), "t": torch.zeros(1)})
+    assert paths(report) == {"t"}
+
+
+def test_huge_containers_are_capped_and_say_so() -> None:
+    big = list(range(10_000_000))
+    report = run_scan({"big": big, "t": torch.zeros(1)}, max_items=100_000)
+    assert paths(report) == {"t"}
+    assert report.stats.truncated_containers == ("big",)
+    assert report.stats.skipped_items == 10_000_000 - 100_000
+    assert "9,900,000 container items not inspected" in str(report)
+
+
+def test_depth_limit_stops_deep_nesting() -> None:
+    nested: Any = torch.zeros(1)
+    for _ in range(20):
+        nested = [nested]
+    assert paths(run_scan({"deep": nested})) == set()
+    assert paths(run_scan({"deep": nested}, max_depth=25)) == {"deep" + "[0]" * 20}
+
+
+def test_scan_keeps_no_reference_to_tensors() -> None:
+    x = torch.zeros(1000)
+    ref = weakref.ref(x)
+    ns = {"x": x, "box": {"inner": x[:10]}}
+    report = run_scan(ns)
+    del ns, x
+    gc.collect()
+    assert ref() is None
+    assert report.totals() == {"cpu": 4000}
+
+
+def test_scan_reads_no_values_and_does_not_sync() -> None:
+    # Any read of tensor data goes through aten ops; count them with a dispatch mode.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[str] = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):  # type: ignore[override]
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    ns = {"x": torch.randn(4, 4), "model": nn.Linear(4, 4), "v": torch.randn(10)[2:5]}
+    with Count():
+        run_scan(ns)
+    assert seen == []
+
+
+def test_without_torch_imported_there_is_nothing_to_find() -> None:
+    code = textwrap.dedent(
+        """
+        import sys, torchdevmagic
+        r = torchdevmagic.scan({"x": 1}, gpus=False)
+        print(r.torch_imported, "torch" in sys.modules)
+        print(r)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = out.stdout.splitlines()[:2]
+    assert first == "False False"
+    assert second.startswith("torch is not imported")
+
+
+def test_scan_does_not_initialise_cuda() -> None:
+    assert not torch.cuda.is_initialized()
+    scan({"x": torch.zeros(1)}, gpus=False)
+    assert not torch.cuda.is_initialized()
+
+
+def test_default_namespace_is_the_callers_globals() -> None:
+    report = scan(gpus=False)
+    assert isinstance(report, DevicesReport)
+    assert "torch" not in paths(report)  # modules are not walked
+
+
+# --- rendering --------------------------------------------------------------------------------
+
+
+def test_text_html_and_plain_data_agree() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    model[1].to("meta")
+    report = run_scan({"model": model, "x": torch.zeros(32, 784)})
+    text = str(report)
+    assert text.index("split across devices") < text.index("Name")  # findings first
+    assert "[32, 784]" in text and "float32" in text and "98.0 KiB" in text
+    assert "cpu ×2 (160 B), meta ×2 (0 B)" in text
+    html = report.to_html()
+    assert html.count("<table") == 1 and "<style" not in html and "class=" not in html
+    assert "[32, 784]" in html
+    data = report.to_dict()
+    assert {r["path"] for r in data["rows"]} == {"model", "x"}
+    assert data["totals"] == {"cpu": 32 * 784 * 4 + 40 * 4, "meta": 0}
+
+
+def test_top_limits_rows_and_says_how_many_are_hidden() -> None:
+    ns = {f"t{i}": torch.zeros(i + 1) for i in range(40)}
+    report = run_scan(ns)
+    assert "… 10 more rows not shown (--top 0 shows all)" in str(report)
+    assert "more rows" not in str(run_scan(ns, top=0))
+    assert str(run_scan(ns, top=5)).count("Tensor") == 5
+
+
+def test_rich_rendering() -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=140)
+    console.print(run_scan({"x": torch.zeros(3)}))
+    text = console.export_text()
+    assert "x     Tensor  cpu     float32  [3]" in text and "Total: cpu 12 B" in text

@@ -1,0 +1,78 @@
+"""``%devices``: where the notebook's tensors, modules and optimizers live."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from torchdevmagic.magics._show import show
+from torchdevmagic.report import SORT_KEYS
+
+_DEVICE_RE = re.compile(r"^(cpu|meta|mps|xpu|hpu|cuda(:\d+)?)$")
+
+
+def _top(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"--top takes a whole number, not {value!r}") from None
+    if n < 0:
+        raise UsageError("--top takes 0 (all rows) or a positive number")
+    return n
+
+
+def parse_device(text: Optional[str]) -> Optional[str]:
+    if text is None:
+        return None
+    device = text.strip().strip("'\"").lower()
+    if not _DEVICE_RE.match(device):
+        raise UsageError(
+            f"unknown device {text!r}: use cpu, cuda, cuda:N, mps or meta (e.g. %devices cuda:0)"
+        )
+    return device
+
+
+@magics_class
+class DevicesMagics(Magics):
+    @magic_arguments()
+    @argument("device", nargs="?", help="only rows on this device: cpu, cuda, cuda:1, mps, meta")
+    @argument("-a", "--all", action="store_true", help="include _private and IPython names")
+    @argument("-s", "--sort", default="size", choices=SORT_KEYS, help="row order (default: size)")
+    @argument("--top", type=_top, default=None, help="show N rows (default 30; 0 shows all)")
+    @argument("-o", "--output", action="store_true", help="return the report object")
+    @line_magic
+    def devices(self, line: str = "") -> Any:
+        """Show where your tensors, modules and optimizers live, and what each GPU holds.
+
+        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [-o]
+
+        Findings (a module split across devices, a tensor attribute .to() will not move,
+        optimizer state on another device) come first, then one row per variable, then one
+        row per GPU (named bytes, allocator, NVML). Nothing is copied, synchronised or run.
+
+        Examples::
+
+            %devices                # everything, biggest first
+            %devices cuda:0 --top 10
+            report = %devices -o    # the report object: report.rows, report.totals()
+        """
+        args = parse_argstring(self.devices, line)
+        from torchdevmagic.scan import scan
+
+        shell = self.shell
+        report = scan(
+            shell.user_ns,
+            device=parse_device(args.device),
+            include_hidden=args.all,
+            hidden=shell.user_ns_hidden,
+            sort=args.sort,
+            top=args.top,
+        )
+        if args.output:
+            return report
+        show(shell, report)
+        return None

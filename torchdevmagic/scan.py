@@ -1,0 +1,891 @@
+"""Namespace -> records. Read-only: no user code runs, no tensor value is read.
+
+How the walk stays safe on hostile objects:
+
+* Types come from ``type(obj)`` (never ``obj.__class__``, which a class can fake) and are
+  classified with ``issubclass``, never ``isinstance`` (which falls back to ``__class__``).
+* Containers are read through the C slots of their base type (``dict.items(d)``,
+  ``list.__getitem__``), so an overridden ``items``/``__iter__``/``__len__`` never runs.
+* Instance attributes are read from the instance ``__dict__`` (found through the type's own
+  getset descriptor, so a ``__dict__`` property is not called) and ``__slots__`` member
+  descriptors; properties and ``__getattr__`` are never touched.
+* Tensor metadata is read through ``torch._C.TensorBase`` descriptors; for tensor subclasses
+  with ``__torch_function__`` that happens with subclass dispatch disabled.
+* Every object is inspected inside ``try``: one that refuses is counted and skipped.
+
+The report holds only strings and numbers, so ``del x`` frees ``x`` even if a report is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from torchdevmagic._format import format_bytes
+from torchdevmagic._torch import torch_if_imported
+from torchdevmagic.records import DeviceShare, Finding, Row, ScanStats
+
+if TYPE_CHECKING:
+    from torchdevmagic.report import DevicesReport
+
+DEFAULT_MAX_DEPTH = 6
+DEFAULT_MAX_ITEMS = 100_000  # per container; a list of 10 million ints is capped, not walked
+DEFAULT_MAX_OBJECTS = 2_000_000  # whole-scan budget
+
+# Never looked into: no tensors can hide there, or looking is expensive.
+_ATOMIC: tuple[type, ...] = (
+    int,
+    float,
+    complex,
+    bool,
+    str,
+    bytes,
+    bytearray,
+    type(None),
+    range,
+    slice,
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.GeneratorType,
+    types.CoroutineType,
+    types.AsyncGeneratorType,
+    types.FrameType,
+    types.CodeType,
+    types.TracebackType,
+    memoryview,
+    property,
+    classmethod,
+    staticmethod,
+    weakref.ReferenceType,
+    weakref.ProxyType,
+    weakref.CallableProxyType,
+)
+_SKIP_PACKAGES = frozenset(
+    {
+        "numpy",
+        "pandas",
+        "polars",
+        "pyarrow",
+        "matplotlib",
+        "IPython",
+        "ipykernel",
+        "traitlets",
+        "zmq",
+        "jupyter_client",
+        "prompt_toolkit",
+        "pygments",
+        "rich",
+        "_pytest",
+        "pytest",
+    }
+)
+_ACCELERATORS = frozenset({"cuda", "mps", "xpu", "hpu"})
+_IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
+
+_dict_items = dict.items
+_list_len = list.__len__
+_list_get = list.__getitem__
+_tuple_len = tuple.__len__
+_tuple_get = tuple.__getitem__
+_type_dict = type.__dict__["__dict__"].__get__  # the real class namespace, no metaclass tricks
+
+
+# ---------------------------------------------------------------------------------------------
+# torch access, resolved once per scan
+
+
+@dataclass
+class _Torch:
+    """Handles on torch internals; built only when the user already imported torch."""
+
+    tensor: type
+    module: type
+    optimizer: type
+    parameter: type
+    fake_types: tuple[type, ...]
+    get_device: Callable[[Any], Any]
+    get_dtype: Callable[[Any], Any]
+    get_shape: Callable[[Any], Any]
+    get_layout: Callable[[Any], Any]
+    get_requires_grad: Callable[[Any], bool]
+    get_grad: Callable[[Any], Any]
+    get_grad_fn: Callable[[Any], Any]
+    storage: Callable[[Any], Any]
+    element_size: Callable[[Any], int]
+    numel: Callable[[Any], int]
+    no_subclass_dispatch: Callable[[], Any]
+    uninitialized: tuple[type, ...]
+
+    @classmethod
+    def from_module(cls, torch: Any) -> _Torch:
+        base = torch._C.TensorBase
+        no_dispatch = getattr(torch._C, "DisableTorchFunctionSubclass", None)
+        fakes: tuple[type, ...] = ()
+        fake_mod = sys.modules.get("torch._subclasses.fake_tensor")
+        if fake_mod is not None:
+            fakes = (fake_mod.FakeTensor,)
+        uninit: tuple[type, ...] = ()
+        with contextlib.suppress(Exception):
+            from torch.nn.parameter import UninitializedTensorMixin
+
+            uninit = (UninitializedTensorMixin,)
+        return cls(
+            tensor=torch.Tensor,
+            module=torch.nn.Module,
+            optimizer=torch.optim.Optimizer,
+            parameter=torch.nn.Parameter,
+            fake_types=fakes,
+            get_device=base.device.__get__,
+            get_dtype=base.dtype.__get__,
+            get_shape=base.shape.__get__,
+            get_layout=base.layout.__get__,
+            get_requires_grad=base.requires_grad.__get__,
+            get_grad=base.grad.__get__,
+            get_grad_fn=base.grad_fn.__get__,
+            storage=base.untyped_storage,
+            element_size=base.element_size,
+            numel=base.numel,
+            no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
+            uninitialized=uninit,
+        )
+
+
+@dataclass(frozen=True)
+class _TensorFacts:
+    device: str
+    dtype: str
+    shape: Optional[tuple[int, ...]]
+    storage_key: Optional[int]  # identity of the StorageImpl, for alias detection
+    storage_bytes: int  # memory the storage holds (0 on meta / fake)
+    view_bytes: int  # numel * element size
+    requires_grad: bool
+    has_grad_fn: bool
+    note: str
+
+
+def _device_str(device: Any) -> str:
+    # str(torch.device("cuda")) is "cuda"; a tensor's device always has an index on CUDA.
+    return str(device)
+
+
+def tensor_facts(t: Any, tt: _Torch) -> _TensorFacts:
+    """Metadata of one tensor without reading its values or running subclass overrides."""
+    cls = type(t)
+    plain = cls is tt.tensor or cls is tt.parameter
+    guard = contextlib.nullcontext() if plain else tt.no_subclass_dispatch()
+    with guard:
+        device = _device_str(tt.get_device(t))
+        dtype = str(tt.get_dtype(t))
+        dtype = dtype[6:] if dtype.startswith("torch.") else dtype
+        requires_grad = bool(tt.get_requires_grad(t))
+        has_grad_fn = tt.get_grad_fn(t) is not None
+        note = ""
+        if tt.uninitialized and issubclass(cls, tt.uninitialized):
+            return _TensorFacts(
+                device, dtype, None, None, 0, 0, requires_grad, False, "uninitialized"
+            )
+        if tt.fake_types and issubclass(cls, tt.fake_types):
+            shape = _safe_shape(t, tt)
+            return _TensorFacts(
+                device, dtype, shape, None, 0, 0, requires_grad, has_grad_fn, "fake"
+            )
+        layout = str(tt.get_layout(t))
+        shape = _safe_shape(t, tt)
+        if layout != "torch.strided":
+            note = layout.replace("torch.", "")
+            key, nbytes = _component_storage(t, tt)
+            return _TensorFacts(
+                device, dtype, shape, key, nbytes, nbytes, requires_grad, has_grad_fn, note
+            )
+        if shape is None:
+            note = "nested"
+        try:
+            storage = tt.storage(t)
+            key = storage._cdata
+            nbytes = 0 if device == "meta" else int(storage.nbytes())
+        except Exception:
+            key, nbytes = None, 0
+            note = note or "no storage"
+        try:
+            view = int(tt.numel(t)) * int(tt.element_size(t)) if shape is not None else nbytes
+        except Exception:
+            view = nbytes
+        if device == "meta":
+            view = 0
+        return _TensorFacts(
+            device, dtype, shape, key, nbytes, view, requires_grad, has_grad_fn, note
+        )
+
+
+def _safe_shape(t: Any, tt: _Torch) -> Optional[tuple[int, ...]]:
+    try:
+        return tuple(tt.get_shape(t))
+    except Exception:
+        return None  # nested tensors have no single shape
+
+
+def _component_storage(t: Any, tt: _Torch) -> tuple[Optional[int], int]:
+    """Sparse layouts: the bytes of their component tensors, keyed by the values' storage."""
+    total, key = 0, None
+    for name in (
+        "_values",
+        "_indices",
+        "crow_indices",
+        "col_indices",
+        "ccol_indices",
+        "row_indices",
+    ):
+        getter = getattr(tt.tensor, name, None)
+        if getter is None:
+            continue
+        try:
+            part = getter(t)
+            storage = tt.storage(part)
+        except Exception:
+            continue
+        total += int(storage.nbytes())
+        if key is None:
+            key = storage._cdata
+    return key, total
+
+
+# ---------------------------------------------------------------------------------------------
+# safe attribute access
+
+
+def instance_attributes(obj: Any) -> Optional[Mapping[str, Any]]:
+    """The instance ``__dict__`` without calling a property that shadows ``__dict__``."""
+    for klass in type(obj).__mro__:
+        entry = _type_dict(klass).get("__dict__")
+        if entry is None:
+            continue
+        if type(entry) is types.GetSetDescriptorType:
+            try:
+                found = entry.__get__(obj)
+            except Exception:
+                return None
+            return found if type(found) is dict else None
+        return None  # shadowed by something that could run code
+    return None
+
+
+def slot_values(obj: Any) -> Iterator[tuple[str, Any]]:
+    """``(name, value)`` for filled ``__slots__`` read through their member descriptors."""
+    seen: set[str] = set()
+    for klass in type(obj).__mro__:
+        ns = _type_dict(klass)
+        slots = ns.get("__slots__")
+        if slots is None:
+            continue
+        names = (slots,) if type(slots) is str else slots
+        if type(names) not in (tuple, list):
+            continue
+        for name in names:
+            if type(name) is not str or name in seen or name in ("__dict__", "__weakref__"):
+                continue
+            seen.add(name)
+            desc = ns.get(name)
+            if type(desc) is not types.MemberDescriptorType:
+                continue
+            try:
+                yield name, desc.__get__(obj, klass)
+            except AttributeError:
+                continue  # slot not filled
+
+
+def _type_flag(cls: type, name: str) -> Any:
+    """A class attribute looked up in the MRO namespaces, no descriptors invoked."""
+    for klass in cls.__mro__:
+        ns = _type_dict(klass)
+        if name in ns:
+            return ns[name]
+    return None
+
+
+def _key_text(key: Any) -> Optional[str]:
+    """A dict key as the user would type it, for keys whose repr we can trust."""
+    kt = type(key)
+    if kt is str or kt is int or kt is bool or key is None:
+        return repr(key)
+    if kt is float:
+        return repr(key)
+    if kt is tuple and all(type(k) in (str, int, bool) for k in key):
+        return repr(key)
+    return None
+
+
+def _attr_path(path: str, name: str) -> str:
+    return f"{path}.{name}" if name.isidentifier() else f"{path}[{name!r}]"
+
+
+def _module_child_path(path: str, name: str) -> str:
+    if name.isdigit():
+        return f"{path}[{name}]"
+    return _attr_path(path, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# the walk
+
+
+@dataclass
+class _Accumulator:
+    """Per-module or per-optimizer device breakdown."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    bytes: dict[str, int] = field(default_factory=dict)
+    dtypes: set[str] = field(default_factory=set)
+    total: int = 0
+    tensors: list[tuple[str, str]] = field(default_factory=list)  # (path, device)
+
+    def add(self, device: str, nbytes: int, dtype: str, path: str) -> None:
+        self.counts[device] = self.counts.get(device, 0) + 1
+        self.bytes[device] = self.bytes.get(device, 0) + nbytes
+        self.dtypes.add(dtype)
+        self.total += nbytes
+        self.tensors.append((path, device))
+
+    def shares(self) -> tuple[DeviceShare, ...]:
+        order = sorted(self.counts, key=lambda d: (-self.bytes[d], -self.counts[d], d))
+        return tuple(DeviceShare(d, self.counts[d], self.bytes[d]) for d in order)
+
+    def main_device(self) -> str:
+        if not self.counts:
+            return "none"
+        return self.shares()[0].device if len(self.counts) == 1 else "mixed"
+
+
+class _Scanner:
+    def __init__(self, tt: _Torch, max_depth: int, max_items: int, max_objects: int) -> None:
+        self.tt = tt
+        self.max_depth = max_depth
+        self.max_items = max_items
+        self.budget = max_objects
+        self.rows: list[Row] = []
+        self.findings: list[Finding] = []
+        self.storage_owner: dict[int, str] = {}  # storage key -> first path
+        self.param_path: dict[int, str] = {}  # id(tensor) -> path (for optimizer state names)
+        self.seen: set[int] = set()  # ids of containers/objects already walked
+        self.visited = 0
+        self.skipped_items = 0
+        self.skipped_objects = 0
+        self.truncated: list[str] = []
+        self.optimizers: list[tuple[str, Any]] = []
+        self.named_by_device: dict[str, int] = {}
+        self.graph_roots: list[tuple[str, str]] = []  # (path, device) of non-leaf tensors
+        self._kind_cache: dict[type, str] = {}
+
+    # -- classification -----------------------------------------------------------------------
+    def kind_of(self, cls: type) -> str:
+        kind = self._kind_cache.get(cls)
+        if kind is None:
+            kind = self._classify(cls)
+            self._kind_cache[cls] = kind
+        return kind
+
+    def _classify(self, cls: type) -> str:
+        tt = self.tt
+        if issubclass(cls, _ATOMIC):
+            return "skip"
+        if issubclass(cls, tt.tensor):
+            return "tensor"
+        if issubclass(cls, tt.module):
+            return "module"
+        if issubclass(cls, tt.optimizer):
+            return "optimizer"
+        if issubclass(cls, dict):
+            return "dict"
+        if issubclass(cls, tuple):
+            return "namedtuple" if type(_type_flag(cls, "_fields")) is tuple else "sequence"
+        if issubclass(cls, list):
+            return "sequence"
+        if issubclass(cls, (set, frozenset)):
+            return "set"
+        root = (getattr(cls, "__module__", None) or "").split(".")[0]
+        if type(root) is not str or root in _SKIP_PACKAGES:
+            return "skip"
+        return "object"
+
+    # -- dispatch -----------------------------------------------------------------------------
+    def visit(self, obj: Any, path: str, depth: int) -> None:
+        self.visited += 1
+        if self.visited > self.budget:
+            self.skipped_objects += 1
+            return
+        kind = self.kind_of(type(obj))
+        if kind == "skip":
+            return
+        try:
+            if kind == "tensor":
+                self.tensor_row(obj, path)
+                return
+            if depth > self.max_depth:
+                return
+            if kind == "optimizer":
+                self.optimizers.append((path, obj))
+                return
+            if id(obj) in self.seen:
+                return
+            self.seen.add(id(obj))
+            handler = getattr(self, "walk_" + kind)
+            handler(obj, path, depth)
+        except Exception:
+            self.skipped_objects += 1
+
+    def _capped(self, items: Iterable[tuple[str, Any]], total: int, path: str, depth: int) -> None:
+        for count, (child_path, value) in enumerate(items):
+            if count >= self.max_items:
+                self.skipped_items += total - count
+                self.truncated.append(path)
+                return
+            self.visit(value, child_path, depth + 1)
+
+    def walk_dict(self, d: dict[Any, Any], path: str, depth: int) -> None:
+        def items() -> Iterator[tuple[str, Any]]:
+            for i, (key, value) in enumerate(_dict_items(d)):
+                text = _key_text(key)
+                yield (f"{path}[{text}]" if text else f"{path}[<key {i}>]"), value
+
+        self._capped(items(), dict.__len__(d), path, depth)
+
+    def walk_sequence(self, seq: Any, path: str, depth: int) -> None:
+        if issubclass(type(seq), tuple):
+            n, get = _tuple_len(seq), _tuple_get
+        else:
+            n, get = _list_len(seq), _list_get
+        limit = min(n, self.max_items)
+        self._capped(((f"{path}[{i}]", get(seq, i)) for i in range(limit)), n, path, depth)
+        if n > limit:
+            self.skipped_items += n - limit
+            self.truncated.append(path)
+
+    def walk_namedtuple(self, tup: Any, path: str, depth: int) -> None:
+        fields = _type_flag(type(tup), "_fields")
+        n = _tuple_len(tup)
+        names = [f if type(f) is str else str(i) for i, f in enumerate(fields)][:n]
+        names += [str(i) for i in range(len(names), n)]
+        self._capped(
+            (
+                (
+                    _attr_path(path, names[i]) if not names[i].isdigit() else f"{path}[{i}]",
+                    _tuple_get(tup, i),
+                )
+                for i in range(n)
+            ),
+            n,
+            path,
+            depth,
+        )
+
+    def walk_set(self, s: Any, path: str, depth: int) -> None:
+        # Iterating a set runs no user code (hashes are cached); elements have no typeable path.
+        n = set.__len__(s) if issubclass(type(s), set) else frozenset.__len__(s)
+        iterator = set.__iter__(s) if issubclass(type(s), set) else frozenset.__iter__(s)
+        self._capped(((f"{path}{{#{i}}}", v) for i, v in enumerate(iterator)), n, path, depth)
+
+    def walk_object(self, obj: Any, path: str, depth: int) -> None:
+        attrs = instance_attributes(obj)
+        if attrs is not None:
+            self._capped(
+                ((_attr_path(path, k), v) for k, v in _dict_items(attrs) if type(k) is str),
+                dict.__len__(attrs),
+                path,
+                depth,
+            )
+        for name, value in slot_values(obj):
+            self.visit(value, _attr_path(path, name), depth + 1)
+
+    # -- tensors --------------------------------------------------------------------------------
+    def _count(self, facts: _TensorFacts, path: str) -> tuple[int, Optional[str]]:
+        """Bytes this tensor adds to the totals, and who already counted its storage."""
+        if facts.storage_key is None:
+            return facts.storage_bytes, None
+        owner = self.storage_owner.get(facts.storage_key)
+        if owner is not None:
+            return 0, owner
+        self.storage_owner[facts.storage_key] = path
+        self.named_by_device[facts.device] = (
+            self.named_by_device.get(facts.device, 0) + facts.storage_bytes
+        )
+        return facts.storage_bytes, None
+
+    def tensor_row(self, t: Any, path: str) -> None:
+        facts = tensor_facts(t, self.tt)
+        nbytes, alias = self._count(facts, path)
+        note = facts.note
+        if alias is None and facts.storage_bytes > 2 * facts.view_bytes > 0 and not note:
+            note = "view: keeps a " + format_bytes(facts.storage_bytes) + " storage alive"
+        elif alias is not None and not note and facts.view_bytes < facts.storage_bytes:
+            note = "view"
+        cls = type(t)
+        kind = "parameter" if issubclass(cls, self.tt.parameter) else "tensor"
+        self.param_path.setdefault(id(t), path)
+        if facts.has_grad_fn and alias is None:
+            self.graph_roots.append((path, facts.device))
+        self.rows.append(
+            Row(
+                path=path,
+                kind=kind,
+                type_name=cls.__name__,
+                device=facts.device,
+                nbytes=nbytes,
+                dtype=facts.dtype,
+                shape=facts.shape,
+                alias_of=alias,
+                requires_grad=facts.requires_grad,
+                note=note,
+            )
+        )
+
+    # -- modules --------------------------------------------------------------------------------
+    def walk_module(self, mod: Any, path: str, depth: int) -> None:
+        acc = _Accumulator()
+        attrs_found: list[tuple[str, Any]] = []  # plain tensor attributes
+        stack = [(path, mod)]
+        seen_modules: set[int] = set()
+        while stack:
+            mpath, m = stack.pop()
+            if id(m) in seen_modules:
+                continue
+            seen_modules.add(id(m))
+            ns = instance_attributes(m) or {}
+            for group in ("_parameters", "_buffers"):
+                table = ns.get(group)
+                if type(table) is not dict:
+                    continue
+                for name, t in _dict_items(table):
+                    if t is not None and self.kind_of(type(t)) == "tensor":
+                        self._module_tensor(t, _attr_path(mpath, str(name)), acc)
+            for name, value in _dict_items(ns):
+                if (
+                    type(name) is str
+                    and not name.startswith("__")
+                    and name
+                    not in (
+                        "_parameters",
+                        "_buffers",
+                        "_modules",
+                    )
+                    and self.kind_of(type(value)) == "tensor"
+                ):
+                    attrs_found.append((_attr_path(mpath, name), value))
+            children = ns.get("_modules")
+            if type(children) is dict:
+                for name, child in reversed(list(_dict_items(children))):
+                    if child is not None and self.kind_of(type(child)) == "module":
+                        self.seen.add(id(child))
+                        stack.append((_module_child_path(mpath, str(name)), child))
+        self._module_row(mod, path, acc, attrs_found)
+
+    def _module_tensor(self, t: Any, path: str, acc: _Accumulator) -> None:
+        facts = tensor_facts(t, self.tt)
+        nbytes, _ = self._count(facts, path)
+        self.param_path.setdefault(id(t), path)
+        acc.add(facts.device, nbytes, facts.dtype, path)
+        grad = self.tt.get_grad(t)
+        if grad is not None and self.kind_of(type(grad)) == "tensor":
+            gfacts = tensor_facts(grad, self.tt)
+            gbytes, _ = self._count(gfacts, path + ".grad")
+            acc.add(gfacts.device, gbytes, gfacts.dtype, path + ".grad")
+
+    def _module_row(
+        self, mod: Any, path: str, acc: _Accumulator, attrs: list[tuple[str, Any]]
+    ) -> None:
+        device = acc.main_device()
+        shares = acc.shares()
+        main = _target_device(shares)
+        if len(shares) > 1:
+            odd = [p for p, d in acc.tensors if d != main and not p.endswith(".grad")]
+            odd_devices = ", ".join(f"{s.device} ×{s.count}" for s in shares if s.device != main)
+            self.findings.append(
+                Finding(
+                    "split_module",
+                    path,
+                    f"{path} is split across devices: {main}, but {odd_devices}: "
+                    + _name_some(odd),
+                    fix=f"{path}.to({_quote_device(main)})",
+                )
+            )
+        for apath, value in attrs:
+            self._plain_attribute(apath, value, main, acc)
+        dtype = (
+            next(iter(acc.dtypes)) if len(acc.dtypes) == 1 else ("mixed" if acc.dtypes else None)
+        )
+        n_params = sum(1 for p, _ in acc.tensors if not p.endswith(".grad"))
+        self.rows.append(
+            Row(
+                path=path,
+                kind="module",
+                type_name=type(mod).__name__,
+                device=device,
+                nbytes=acc.total,
+                dtype=dtype,
+                breakdown=shares,
+                note=f"{n_params} tensors" if n_params != 1 else "1 tensor",
+            )
+        )
+
+    def _plain_attribute(
+        self, apath: str, value: Any, module_device: Optional[str], acc: _Accumulator
+    ) -> None:
+        facts = tensor_facts(value, self.tt)
+        nbytes, _ = self._count(facts, apath)
+        acc.total += nbytes  # the module holds it, but it is not a parameter or buffer
+        owner, _, name = apath.rpartition(".")
+        fix = (
+            f"{owner}.register_buffer({name!r}, {apath})" if owner and name.isidentifier() else None
+        )
+        if module_device is not None and facts.device != module_device:
+            message = (
+                f"{apath} is a plain tensor attribute on {facts.device} while {owner or apath}"
+                f" is on {module_device}; .to() will not move it: use register_buffer"
+            )
+            self.findings.append(Finding("plain_tensor_attribute", apath, message, fix))
+        else:
+            message = (
+                f"{apath} is a plain tensor attribute ({facts.device}): "
+                f"{owner or apath}.to() will leave it behind; use register_buffer"
+            )
+            self.findings.append(Finding("plain_tensor_attribute", apath, message, fix, "note"))
+
+    # -- optimizers ----------------------------------------------------------------------------
+    def finish_optimizers(self) -> None:
+        for path, opt in self.optimizers:
+            try:
+                self._optimizer_row(path, opt)
+            except Exception:
+                self.skipped_objects += 1
+
+    def _optimizer_row(self, path: str, opt: Any) -> None:
+        ns = instance_attributes(opt) or {}
+        state = ns.get("state")
+        acc = _Accumulator()
+        mismatched: list[str] = []
+        if state is not None and issubclass(type(state), dict):
+            for i, (param, per_param) in enumerate(_dict_items(state)):
+                if not issubclass(type(per_param), dict):
+                    continue
+                pname = self.param_path.get(id(param)) or f"<param {i}>"
+                pdevice = (
+                    _device_str(self.tt.get_device(param))
+                    if self.kind_of(type(param)) == "tensor"
+                    else None
+                )
+                for key, value in _dict_items(per_param):
+                    if self.kind_of(type(value)) != "tensor":
+                        continue
+                    spath = f"{path}.state[{pname}][{_key_text(key) or '?'}]"
+                    facts = tensor_facts(value, self.tt)
+                    nbytes, _ = self._count(facts, spath)
+                    acc.add(facts.device, nbytes, facts.dtype, spath)
+                    scalar_step = facts.shape == () and facts.device == "cpu"
+                    if pdevice and facts.device != pdevice and not scalar_step:
+                        mismatched.append(f"{spath} on {facts.device} (parameter on {pdevice})")
+        if mismatched:
+            self.findings.append(
+                Finding(
+                    "optimizer_state_device",
+                    path,
+                    f"{path} keeps state on another device than its parameters: "
+                    + _name_some(mismatched),
+                    fix=f"re-create {path} after model.to(device), or load its state_dict "
+                    "after moving the model",
+                )
+            )
+        self.rows.append(
+            Row(
+                path=path,
+                kind="optimizer",
+                type_name=type(opt).__name__,
+                device=acc.main_device(),
+                nbytes=acc.total,
+                breakdown=acc.shares(),
+                dtype=next(iter(acc.dtypes)) if len(acc.dtypes) == 1 else None,
+                note=f"{len(acc.tensors)} state tensors",
+            )
+        )
+
+    # -- who holds memory that no name accounts for --------------------------------------------
+    def measure(self, entries: Iterable[tuple[str, Any]]) -> tuple[dict[str, int], list[str]]:
+        """Bytes per device reachable from ``entries`` and not counted yet; leaves no rows."""
+        before = dict(self.named_by_device)
+        n_rows, n_findings, n_opts = len(self.rows), len(self.findings), len(self.optimizers)
+        hit: list[str] = []
+        for path, value in entries:
+            mark = sum(self.named_by_device.values())
+            self.visit(value, path, 0)
+            if sum(self.named_by_device.values()) > mark:
+                hit.append(path)
+        del self.rows[n_rows:], self.findings[n_findings:], self.optimizers[n_opts:]
+        delta = {d: b - before.get(d, 0) for d, b in self.named_by_device.items()}
+        self.named_by_device = before
+        return {d: b for d, b in delta.items() if b > 0}, hit
+
+    def holders(self, namespace: Mapping[str, Any]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        history: list[tuple[str, Any]] = []
+        out_dict = namespace.get("Out")
+        if type(out_dict) is dict:
+            history += [(f"Out[{k}]", v) for k, v in _dict_items(out_dict) if type(k) is int]
+        history += [(n, namespace[n]) for n in ("_", "__", "___") if n in namespace]
+        found, hit = self.measure(history)
+        for dev, b in found.items():
+            out.setdefault(dev, []).append(
+                f"IPython output history holds {format_bytes(b)} ({_name_some(hit)}; "
+                "free with %reset -f out)"
+            )
+        found, _ = self.measure(_traceback_locals(getattr(sys, "last_traceback", None)))
+        for dev, b in found.items():
+            out.setdefault(dev, []).append(
+                f"the last traceback's frames hold {format_bytes(b)} "
+                "(free with: import sys; sys.last_traceback = sys.last_value = None)"
+            )
+        for path, dev in self.graph_roots:
+            out.setdefault(dev, []).append(
+                f"{path} keeps an autograd graph (saved activations): backward() it, "
+                "or compute it under torch.no_grad()"
+            )
+        return out
+
+    # -- cross-row findings -------------------------------------------------------------------
+    def grad_on_cpu_findings(self) -> None:
+        accel = {r.device for r in self.rows if r.kind == "module"} | {
+            s.device for r in self.rows if r.kind == "module" for s in r.breakdown
+        }
+        accel = {d for d in accel if d.split(":")[0] in _ACCELERATORS}
+        if not accel:
+            return
+        target = sorted(accel)[0]
+        for r in self.rows:
+            if r.kind in ("tensor", "parameter") and r.requires_grad and r.device == "cpu":
+                self.findings.append(
+                    Finding(
+                        "grad_tensor_on_cpu",
+                        r.path,
+                        f"{r.path} requires grad on cpu while the model is on {target}",
+                        fix=f"{r.path} = {r.path}.detach().to({_quote_device(target)})"
+                        ".requires_grad_()",
+                    )
+                )
+
+
+def _traceback_locals(tb: Any) -> list[tuple[str, Any]]:
+    """Locals of every frame a stored traceback keeps alive."""
+    entries: list[tuple[str, Any]] = []
+    while tb is not None and type(tb) is types.TracebackType:
+        code = tb.tb_frame.f_code
+        entries += [(f"<{code.co_name}>.{k}", v) for k, v in list(tb.tb_frame.f_locals.items())]
+        tb = tb.tb_next
+    return entries
+
+
+def _target_device(shares: tuple[DeviceShare, ...]) -> Optional[str]:
+    """Where a split module most likely belongs: its biggest accelerator share, else the
+    biggest share (users move models *to* the GPU; a few CPU leftovers are the usual bug)."""
+    for share in shares:
+        if share.device.split(":")[0] in _ACCELERATORS:
+            return share.device
+    return shares[0].device if shares else None
+
+
+def _name_some(items: list[str], limit: int = 3) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _quote_device(device: Optional[str]) -> str:
+    return repr(device) if device else "device"
+
+
+# ---------------------------------------------------------------------------------------------
+# public entry point
+
+
+def scan(
+    namespace: Optional[Mapping[str, Any]] = None,
+    *,
+    device: Optional[str] = None,
+    include_hidden: bool = False,
+    hidden: Iterable[str] = (),
+    sort: str = "size",
+    top: Optional[int] = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_items: int = DEFAULT_MAX_ITEMS,
+    max_objects: int = DEFAULT_MAX_OBJECTS,
+    gpus: bool = True,
+    gpu_backend: Any = None,
+) -> DevicesReport:
+    """Report where the tensors, modules and optimizers in ``namespace`` live.
+
+    ``namespace`` defaults to the caller's globals (a notebook's user namespace). ``device``
+    keeps rows on that device (``"cuda"`` matches every GPU, ``"cuda:1"`` one). Names in
+    ``hidden`` and ``_``-prefixed names are skipped unless ``include_hidden``. ``gpus=False``
+    leaves out the per-GPU memory section.
+    """
+    from torchdevmagic.report import DevicesReport, filter_rows, sort_rows
+
+    if namespace is None:
+        frame = sys._getframe(1)
+        namespace = frame.f_globals
+        del frame
+    torch = torch_if_imported()
+    if torch is None:
+        return DevicesReport(
+            rows=(),
+            findings=(),
+            gpus=(),
+            stats=ScanStats(),
+            torch_imported=False,
+            device_filter=device,
+            sort=sort,
+            top=top,
+        )
+    scanner = _Scanner(_Torch.from_module(torch), max_depth, max_items, max_objects)
+    hidden_names = set(hidden)
+    for name, value in list(_dict_items(dict(namespace))):
+        if type(name) is not str:
+            continue
+        if not include_hidden and (
+            name.startswith("_") or name in hidden_names or name in _IPYTHON_NAMES
+        ):
+            continue
+        scanner.visit(value, name, 0)
+    scanner.finish_optimizers()
+    scanner.grad_on_cpu_findings()
+    gpu_records: tuple[Any, ...] = ()
+    if gpus:
+        from torchdevmagic.report import gpu_section
+
+        gpu_records = gpu_section(
+            scanner.named_by_device, lambda: scanner.holders(namespace), gpu_backend
+        )
+    stats = ScanStats(
+        objects_visited=scanner.visited,
+        skipped_items=scanner.skipped_items,
+        skipped_objects=scanner.skipped_objects,
+        truncated_containers=tuple(scanner.truncated),
+    )
+    rows = sort_rows(filter_rows(scanner.rows, device), sort)
+    findings = tuple(f for f in scanner.findings if device is None or _finding_matches(f, rows))
+    return DevicesReport(
+        rows=tuple(rows),
+        findings=findings,
+        gpus=gpu_records,
+        stats=stats,
+        torch_imported=True,
+        device_filter=device,
+        sort=sort,
+        top=top,
+    )
+
+
+def _finding_matches(finding: Finding, rows: list[Row]) -> bool:
+    return any(finding.path == r.path or finding.path.startswith(r.path + ".") for r in rows)
