@@ -7,11 +7,10 @@ kept (``r = %devices -o``) without keeping a single tensor alive.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 
-@dataclass(frozen=True)
-class DeviceShare:
+class DeviceShare(NamedTuple):
     """How many tensors of a module/optimizer live on one device, and their bytes."""
 
     device: str
@@ -19,9 +18,12 @@ class DeviceShare:
     nbytes: int
 
 
-@dataclass(frozen=True)
-class Row:
-    """One thing the user can name: a tensor, a module or an optimizer."""
+class Row(NamedTuple):
+    """One thing the user can name: a tensor, a module or an optimizer.
+
+    A NamedTuple rather than a frozen dataclass: a scan builds tens of thousands of rows and
+    a frozen dataclass costs ~5 µs each to build against ~0.5 µs for a tuple.
+    """
 
     path: str  # what the user would type: batch["x"], model, opt
     kind: str  # "tensor", "parameter", "module", "optimizer"
@@ -80,14 +82,14 @@ class ScanStats:
 
 
 def to_plain(obj: Any) -> Any:
-    """A record (or list of them) as JSON-ready dicts and lists."""
+    """Records (dataclasses or NamedTuples, nested in lists) as JSON-ready dicts and lists."""
+    if hasattr(obj, "_asdict"):
+        return {k: to_plain(v) for k, v in obj._asdict().items()}
     if isinstance(obj, (list, tuple)):
         return [to_plain(o) for o in obj]
-    result = asdict(obj)
-    for key, value in list(result.items()):
-        if isinstance(value, tuple):
-            result[key] = list(value)
-    return result
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: to_plain(v) for k, v in asdict(obj).items()}
+    return obj
 
 
 __all__ = ["DeviceMemory", "DeviceShare", "Finding", "Row", "ScanStats", "to_plain"]

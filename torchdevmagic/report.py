@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Callable, Optional
 
 from torchdevmagic._display import (
@@ -46,12 +47,19 @@ def _device_order(device: str) -> tuple[int, str, int]:
     return rank, kind, int(index) if index.isdigit() else -1
 
 
+_BY_PATH = attrgetter("path")
+_BY_SIZE = attrgetter("nbytes")
+
+
 def sort_rows(rows: list[Row], key: str) -> list[Row]:
+    # Stable sorts on C key functions: a scan can hold tens of thousands of rows.
+    by_name = sorted(rows, key=_BY_PATH)
     if key == "name":
-        return sorted(rows, key=lambda r: r.path)
+        return by_name
+    by_size = sorted(by_name, key=_BY_SIZE, reverse=True)
     if key == "device":
-        return sorted(rows, key=lambda r: (_device_order(r.device), -r.nbytes, r.path))
-    return sorted(rows, key=lambda r: (-r.nbytes, r.alias_of is not None, r.path))
+        return sorted(by_size, key=lambda r: _device_order(r.device))
+    return by_size
 
 
 def breakdown_text(shares: Iterable[DeviceShare]) -> str:
