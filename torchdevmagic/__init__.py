@@ -17,7 +17,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 # public name -> (module, attribute); resolved on first access so import stays cheap.
-_LAZY: dict[str, tuple[str, str]] = {}
+_LAZY: dict[str, tuple[str, str]] = {
+    "device_memory": ("torchdevmagic.gpu", "device_memory"),
+}
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too
     *sorted(_LAZY),
