@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _LAZY: dict[str, tuple[str, str]] = {
     "scan": ("torchdevmagic.scan", "scan"),
     "DevicesReport": ("torchdevmagic.report", "DevicesReport"),
+    "device_memory": ("torchdevmagic.gpu", "device_memory"),
 }
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too

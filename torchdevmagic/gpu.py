@@ -1,0 +1,501 @@
+"""Per-accelerator memory: torch's caching allocator next to NVML, mapped by UUID.
+
+:func:`device_memory` returns one :class:`~torchdevmagic.records.DeviceMemory` per accelerator
+torch can see (``cuda:0``, ``cuda:1``, ... after ``CUDA_VISIBLE_DEVICES``; ``mps``). Whatever
+cannot be known is ``None`` (shown as N/A) with one note saying why: no GPU, no driver, no
+``nvidia-ml-py``, or a field NVML refuses. Nothing here raises for missing data.
+
+Looking never creates a CUDA context. While CUDA is not initialised in this process we do not
+ask torch for device properties (``get_device_properties`` / ``get_device_name`` create a
+context); instead we read ``CUDA_VISIBLE_DEVICES`` ourselves and map torch's indices to NVML
+handles, by index, GPU UUID (or UUID prefix) and MIG UUID, the way the CUDA runtime does.
+Once CUDA is initialised, torch reports each device's UUID and we match NVML by that.
+
+The world comes in through :class:`GpuBackend` (torch module, NVML wrapper, environment), so
+tests drive every branch with fakes on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from types import ModuleType
+from typing import Any, Callable, Optional, TypeVar
+
+from torchdevmagic._torch import cuda_initialized, nvml_module, torch_if_imported
+from torchdevmagic.records import DeviceMemory
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------------
+# NVML
+
+
+@dataclass(frozen=True)
+class NvmlDevice:
+    """One NVML device: a physical GPU, or a MIG instance of one."""
+
+    index: int  # NVML index of the physical GPU (the parent, for a MIG instance)
+    uuid: str  # "GPU-..." or "MIG-..." as NVML spells it
+    handle: Any
+    mig_index: Optional[int] = None  # slot within the parent, for MIG instances
+    mig_enabled: bool = False  # physical GPU currently in MIG mode
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mig_index is not None
+
+
+def _text(value: Any) -> str:
+    # nvidia-ml-py returns str since 11.5; older releases returned bytes.
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+class Nvml:
+    """NVML through ``pynvml`` (from ``nvidia-ml-py``), initialised at most once.
+
+    ``nvmlInit`` is tried on first use only; success and failure are both cached, so a machine
+    without a driver pays for one attempt per process, not one per ``%devices``. We never call
+    ``nvmlShutdown``: pynvml counts ``nvmlInit`` calls, so our single init cannot shut NVML down
+    under another user (torch, a dashboard), and re-initialising on every call would be slow.
+    """
+
+    def __init__(self, load: Callable[[], Optional[ModuleType]] = nvml_module) -> None:
+        self._load = load
+        self._module: Any = None
+        self._failure: Optional[str] = None
+        self._tried = False
+
+    @property
+    def module(self) -> Any:
+        return self._module
+
+    def unavailable_reason(self) -> Optional[str]:
+        """``None`` when NVML is ready; else one line saying why it is not."""
+        if not self._tried:
+            self._tried = True
+            self._failure = self._init()
+        return self._failure
+
+    def _init(self) -> Optional[str]:
+        try:
+            module = self._load()
+        except Exception as exc:
+            return f"pynvml failed to import: {_error_text(exc)}"
+        if module is None:
+            return "NVML not available: pip install nvidia-ml-py"
+        try:
+            module.nvmlInit()
+        except Exception as exc:
+            # No driver gives "NVML Shared Library Not Found" / "Driver Not Loaded".
+            return f"NVML not available ({_error_text(exc)})"
+        self._module = module
+        return None
+
+    def devices(self) -> list[NvmlDevice]:
+        """Physical GPUs in NVML order, each followed by its MIG instances; [] without NVML."""
+        if self.unavailable_reason() is not None:
+            return []
+        nv = self._module
+        found: list[NvmlDevice] = []
+        for index in range(int(nv.nvmlDeviceGetCount())):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            mig_on = self._mig_enabled(handle)
+            uuid = _text(nv.nvmlDeviceGetUUID(handle))
+            found.append(NvmlDevice(index, uuid, handle, mig_enabled=mig_on))
+            if mig_on:
+                found.extend(self._mig_children(index, handle))
+        return found
+
+    def _mig_enabled(self, handle: Any) -> bool:
+        try:
+            current, _pending = self._module.nvmlDeviceGetMigMode(handle)
+        except Exception:
+            return False  # "Not Supported" on GPUs without MIG, and old drivers
+        return bool(current)
+
+    def _mig_children(self, index: int, handle: Any) -> list[NvmlDevice]:
+        nv = self._module
+        children = []
+        try:
+            slots = int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))
+        except Exception:
+            return []
+        for slot in range(slots):
+            try:
+                child = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                uuid = _text(nv.nvmlDeviceGetUUID(child))
+            except Exception:
+                continue  # empty slot: NVML says "Not Found"
+            children.append(NvmlDevice(index, uuid, child, slot))
+        return children
+
+    # Fields. Each may raise (NVMLError "Not Supported", "Insufficient Permissions", ...);
+    # callers turn that into N/A plus a note.
+    def name(self, handle: Any) -> str:
+        return _text(self._module.nvmlDeviceGetName(handle))
+
+    def memory(self, handle: Any) -> tuple[int, int]:
+        """(used, total) bytes."""
+        info = self._module.nvmlDeviceGetMemoryInfo(handle)
+        return int(info.used), int(info.total)
+
+    def utilization(self, handle: Any) -> int:
+        return int(self._module.nvmlDeviceGetUtilizationRates(handle).gpu)
+
+    def compute_capability(self, handle: Any) -> tuple[int, int]:
+        major, minor = self._module.nvmlDeviceGetCudaComputeCapability(handle)
+        return int(major), int(minor)
+
+    def driver_version(self) -> str:
+        return _text(self._module.nvmlSystemGetDriverVersion())
+
+    def cuda_driver_version(self) -> int:
+        """The newest CUDA version the driver supports, as NVML encodes it (12040 = 12.4)."""
+        return int(self._module.nvmlSystemGetCudaDriverVersion())
+
+
+_DEFAULT_NVML: Optional[Nvml] = None
+
+
+def default_nvml() -> Nvml:
+    """The process-wide :class:`Nvml`, so its cached init state is shared by every caller."""
+    global _DEFAULT_NVML
+    if _DEFAULT_NVML is None:
+        _DEFAULT_NVML = Nvml()
+    return _DEFAULT_NVML
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA_VISIBLE_DEVICES
+
+
+@dataclass(frozen=True)
+class VisibleDevices:
+    """What ``CUDA_VISIBLE_DEVICES`` selects among the NVML devices, in torch's index order."""
+
+    devices: tuple[NvmlDevice, ...]
+    rejected: Optional[str] = None  # the entry that stopped parsing (unknown UUID, bad index)
+    by_index: bool = False  # mapped by position rather than by UUID
+
+
+_INDEX = re.compile(r"\s*\+?(\d+)")
+
+
+def _norm_uuid(uuid: str) -> str:
+    """UUID without its ``GPU-``/``MIG-`` prefix, lower case: torch prints it bare."""
+    text = uuid.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            return text[len(prefix) :]
+    return text
+
+
+def visible_devices(value: Optional[str], devices: Sequence[NvmlDevice]) -> VisibleDevices:
+    """Apply ``CUDA_VISIBLE_DEVICES`` to NVML's device list as the CUDA runtime does.
+
+    Entries are indices, ``GPU-`` UUIDs or unique UUID prefixes, or ``MIG-`` UUIDs. The first
+    entry that matches nothing ends the list (later entries are ignored); ``-1`` and the empty
+    string hide everything; a repeated device hides everything, as in torch's own parser.
+    """
+    physical = [d for d in devices if not d.is_mig]
+    if value is None:
+        return VisibleDevices(tuple(physical), by_index=True)
+    chosen: list[NvmlDevice] = []
+    rejected: Optional[str] = None
+    by_index = False
+    for raw in value.split(","):
+        entry = raw.strip()
+        if entry.upper().startswith(("GPU-", "MIG-")):
+            pool = [d for d in devices if d.is_mig == entry.upper().startswith("MIG-")]
+            matches = [d for d in pool if _norm_uuid(d.uuid).startswith(_norm_uuid(entry))]
+            device = matches[0] if len(matches) == 1 else None
+        else:
+            match = _INDEX.match(entry)
+            index = int(match.group(1)) if match else -1
+            device = physical[index] if 0 <= index < len(physical) else None
+            by_index = by_index or device is not None
+        if device is None:
+            rejected = entry
+            break
+        if device in chosen:
+            return VisibleDevices((), rejected=entry, by_index=by_index)
+        chosen.append(device)
+    return VisibleDevices(tuple(chosen), rejected=rejected, by_index=by_index)
+
+
+# --------------------------------------------------------------------------------------------
+# Backend: the torch side and the NVML side of the world
+
+_UNSET: Any = object()
+
+
+class GpuBackend:
+    """Torch-side and NVML-side facts, with real defaults.
+
+    ``torch`` defaults to the torch the user already imported (``None`` if they never did:
+    then there are no allocations of ours to report, and we do not pay torch's import time);
+    ``nvml`` to the process-wide :func:`default_nvml`; ``environ`` to ``os.environ``. Tests pass
+    fake modules, or subclass and override single methods.
+    """
+
+    def __init__(
+        self,
+        torch: Any = _UNSET,
+        nvml: Optional[Nvml] = None,
+        environ: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        self._torch = torch
+        self.nvml = nvml if nvml is not None else default_nvml()
+        self.environ = environ if environ is not None else os.environ
+
+    @property
+    def torch(self) -> Any:
+        if self._torch is _UNSET:
+            return torch_if_imported()
+        return self._torch
+
+    # torch side; none of these creates a CUDA context.
+    def cuda_built(self) -> Optional[bool]:
+        """Whether torch was built with CUDA/ROCm; ``None`` when torch is not imported."""
+        torch = self.torch
+        if torch is None:
+            return None
+        try:
+            return bool(torch.backends.cuda.is_built())
+        except Exception:
+            version = getattr(torch, "version", None)
+            return bool(getattr(version, "cuda", None) or getattr(version, "hip", None))
+
+    def is_hip(self) -> bool:
+        torch = self.torch
+        return bool(torch is not None and getattr(getattr(torch, "version", None), "hip", None))
+
+    def cuda_initialized(self) -> bool:
+        torch = self.torch
+        return torch is not None and cuda_initialized(torch)
+
+    def device_count(self) -> int:
+        """torch's count: NVML-based (no context) until CUDA is initialised."""
+        return int(self.torch.cuda.device_count())
+
+    # The next three need a context: only called once CUDA is initialised.
+    def device_uuid(self, index: int) -> str:
+        return str(self.torch.cuda.get_device_properties(index).uuid)
+
+    def device_name(self, index: int) -> str:
+        return str(self.torch.cuda.get_device_name(index))
+
+    def allocator(self, index: int) -> tuple[int, int, int]:
+        """(allocated, reserved, peak allocated) bytes from torch's caching allocator."""
+        cuda = self.torch.cuda
+        return (
+            int(cuda.memory_allocated(index)),
+            int(cuda.memory_reserved(index)),
+            int(cuda.max_memory_allocated(index)),
+        )
+
+    def mps_memory(self) -> Optional[tuple[int, int]]:
+        """(allocated, driver-allocated) bytes on Apple's MPS, or ``None`` without MPS."""
+        torch = self.torch
+        if torch is None:
+            return None
+        mps_backend = getattr(getattr(torch, "backends", None), "mps", None)
+        if mps_backend is None or not mps_backend.is_available():
+            return None
+        return (
+            int(torch.mps.current_allocated_memory()),
+            int(torch.mps.driver_allocated_memory()),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# device_memory
+
+
+def _attempt(fn: Callable[[], T], notes: list[str], label: str) -> Optional[T]:
+    """Call ``fn``; on any error add ``"label: reason"`` to ``notes`` and return ``None``."""
+    try:
+        return fn()
+    except Exception as exc:
+        notes.append(f"{label}: {_error_text(exc)}")
+        return None
+
+
+def device_memory(
+    named_bytes: Optional[Mapping[str, int]] = None, *, backend: Optional[GpuBackend] = None
+) -> list[DeviceMemory]:
+    """One record per accelerator torch can see; ``[]`` on a machine without one.
+
+    ``named_bytes`` maps a device string (``"cuda:0"``, ``"mps"``) to the bytes the scan
+    found in named variables; it is copied into each record so ``unnamed_bytes`` can be shown.
+    Never creates a CUDA context and never raises for missing GPUs, drivers or NVML fields.
+    """
+    backend = backend if backend is not None else GpuBackend()
+    named = dict(named_bytes or {})
+    records = _cuda_records(backend, named)
+    mps = _mps_record(backend, named)
+    if mps is not None:
+        records.append(mps)
+    return records
+
+
+def _cuda_records(backend: GpuBackend, named: Mapping[str, int]) -> list[DeviceMemory]:
+    notes: list[str] = []
+    built = _attempt(backend.cuda_built, notes, "torch")
+    if built is False:
+        return []  # a CPU-only torch sees no GPU; %devices --env explains why
+    hip = backend.is_hip()
+    nvml_reason = "ROCm build: NVML does not apply" if hip else backend.nvml.unavailable_reason()
+    nvml_devices = [] if nvml_reason else _attempt(backend.nvml.devices, notes, "NVML") or []
+    initialised = backend.cuda_initialized()
+
+    if initialised:
+        count = _attempt(backend.device_count, notes, "torch") or 0
+        mapped = [_by_uuid(backend, i, nvml_devices) for i in range(count)]
+        order_note = None
+    else:
+        visible = visible_devices(backend.environ.get("CUDA_VISIBLE_DEVICES"), nvml_devices)
+        # torch's own count, when torch is here: it also knows devices NVML cannot list.
+        count = (
+            len(visible.devices)
+            if built is None
+            else (_attempt(backend.device_count, notes, "torch") or 0)
+        )
+        mapped = [(d, None) for d in visible.devices]
+        order_note = _order_note(backend.environ, visible, backend.nvml)
+
+    context = _Context(initialised, nvml_reason, order_note, tuple(notes))
+    records = []
+    for index in range(count):
+        device, torch_uuid = mapped[index] if index < len(mapped) else (None, None)
+        records.append(_cuda_record(backend, index, device, torch_uuid, context, named))
+    return records
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What holds for every CUDA record of one call."""
+
+    initialised: bool
+    nvml_reason: Optional[str]
+    order_note: Optional[str]
+    notes: tuple[str, ...]  # errors met while listing devices
+
+
+def _by_uuid(
+    backend: GpuBackend, index: int, devices: Sequence[NvmlDevice]
+) -> tuple[Optional[NvmlDevice], Optional[str]]:
+    uuid = _attempt(lambda: backend.device_uuid(index), [], "uuid")
+    if uuid is None:
+        return None, None
+    for device in devices:
+        if _norm_uuid(device.uuid) == _norm_uuid(uuid):
+            return device, uuid
+    return None, uuid
+
+
+def _order_note(environ: Mapping[str, str], visible: VisibleDevices, nvml: Nvml) -> Optional[str]:
+    """CUDA orders GPUs fastest-first by default, NVML by PCI bus: they agree only for alike
+    GPUs, so mixed models mapped by index get a warning until CUDA is initialised."""
+    if not visible.by_index or environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        return None
+    names = {_attempt(partial(nvml.name, d.handle), [], "name") for d in visible.devices}
+    if len(names) <= 1:
+        return None
+    return (
+        "GPU models differ and CUDA_DEVICE_ORDER is not PCI_BUS_ID: index -> NVML mapping "
+        "may be off until CUDA is initialised"
+    )
+
+
+def _cuda_record(  # noqa: PLR0917 - private helper, one call site
+    backend: GpuBackend,
+    index: int,
+    device: Optional[NvmlDevice],
+    torch_uuid: Optional[str],
+    context: _Context,
+    named: Mapping[str, int],
+) -> DeviceMemory:
+    notes: list[str] = list(context.notes)
+    nvml = backend.nvml
+    name: Optional[str] = None
+    if context.initialised:
+        name = _attempt(lambda: backend.device_name(index), notes, "name")
+        alloc = _attempt(lambda: backend.allocator(index), notes, "allocator")
+    else:
+        # torch's allocator has handed out nothing before a context exists: 0 is the truth.
+        alloc = (0, 0, 0)
+        notes.append("no CUDA context in this process yet")
+    used = total = util = None
+    if device is not None:
+        if name is None:
+            name = _attempt(lambda: nvml.name(device.handle), notes, "NVML name")
+        mem = _attempt(lambda: nvml.memory(device.handle), notes, "NVML memory")
+        used, total = mem if mem is not None else (None, None)
+        util = _attempt(lambda: nvml.utilization(device.handle), notes, "NVML utilization")
+        if device.mig_enabled:
+            notes.append(
+                "GPU in MIG mode: NVML figures are for the whole GPU; "
+                "select an instance with CUDA_VISIBLE_DEVICES=MIG-<uuid>"
+            )
+        if context.order_note:
+            notes.append(context.order_note)
+    elif context.nvml_reason:
+        notes.append(context.nvml_reason)
+    elif torch_uuid:
+        notes.append(f"NVML has no device with UUID {torch_uuid}")
+    else:
+        notes.append("no matching NVML device")
+    allocated, reserved, peak = alloc if alloc is not None else (None, None, None)
+    return DeviceMemory(
+        device=f"cuda:{index}",
+        name=name,
+        uuid=device.uuid if device is not None else torch_uuid,
+        named_bytes=int(named.get(f"cuda:{index}", 0)),
+        allocated_bytes=allocated,
+        reserved_bytes=reserved,
+        peak_bytes=peak,
+        nvml_used_bytes=used,
+        nvml_total_bytes=total,
+        utilization_percent=util,
+        notes=tuple(notes),
+    )
+
+
+def _mps_record(backend: GpuBackend, named: Mapping[str, int]) -> Optional[DeviceMemory]:
+    notes: list[str] = []
+    mem = _attempt(backend.mps_memory, notes, "MPS")
+    if mem is None:
+        return None
+    allocated, driver = mem
+    return DeviceMemory(
+        device="mps",
+        name="Apple MPS" if sys.platform == "darwin" else "MPS",
+        named_bytes=int(named.get("mps", 0)) + int(named.get("mps:0", 0)),
+        allocated_bytes=allocated,
+        reserved_bytes=driver,
+        notes=("reserved = memory the Metal driver holds for this process",),
+    )
+
+
+__all__ = [
+    "DeviceMemory",
+    "GpuBackend",
+    "Nvml",
+    "NvmlDevice",
+    "VisibleDevices",
+    "default_nvml",
+    "device_memory",
+    "visible_devices",
+]
