@@ -480,7 +480,8 @@ def test_without_torch_imported_there_is_nothing_to_find() -> None:
 
 def test_scan_does_not_initialise_cuda() -> None:
     assert not torch.cuda.is_initialized()
-    scan({"x": torch.zeros(1)}, gpus=False)
+    report = scan({"x": torch.zeros(1)})
+    assert report.gpus_checked
     assert not torch.cuda.is_initialized()
 
 

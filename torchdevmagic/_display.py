@@ -30,6 +30,14 @@ class Displayable:
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(f"<{type(self).__name__}>" if cycle else self.to_text())
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # IPython's pretty printer takes the first class in the MRO that defines either
+        # _repr_pretty_ or __repr__: a dataclass subclass defines __repr__, which would win
+        # over the mixin. Give each subclass its own _repr_pretty_ so the text form is used.
+        super().__init_subclass__(**kwargs)
+        if "_repr_pretty_" not in cls.__dict__:
+            cls._repr_pretty_ = Displayable._repr_pretty_  # type: ignore[method-assign]
+
     def _repr_html_(self) -> str:
         return self.to_html()
 

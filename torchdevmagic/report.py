@@ -17,7 +17,7 @@ from torchdevmagic._display import (
     html_table,
     text_table,
 )
-from torchdevmagic._format import format_bytes, format_dtype, format_shape
+from torchdevmagic._format import format_bytes, format_dtype, format_shape, plural
 from torchdevmagic.records import DeviceMemory, DeviceShare, Finding, Row, ScanStats, to_plain
 
 DEFAULT_ROWS_SHOWN = 30
@@ -134,6 +134,7 @@ class DevicesReport(Displayable):
     device_filter: Optional[str] = None
     sort: str = "size"
     top: Optional[int] = None
+    gpus_checked: bool = False
 
     # -- data for programs -----------------------------------------------------------------
     def totals(self) -> dict[str, int]:
@@ -179,7 +180,8 @@ class DevicesReport(Displayable):
 
     def totals_line(self) -> str:
         parts = [f"{d} {format_bytes(b)}" for d, b in self.totals().items()]
-        return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({len(self.rows)} rows)"
+        count = plural(len(self.rows), "row")
+        return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({count})"
 
     def footer_lines(self, hidden_rows: int) -> list[str]:
         lines = []
@@ -196,6 +198,8 @@ class DevicesReport(Displayable):
         return lines
 
     def gpu_notes(self) -> list[str]:
+        if self.gpus_checked and not self.gpus:
+            return ["No GPU visible to torch (%devices --env tells why)."]
         return [f"{g.device}: {n}" for g in self.gpus for n in g.notes]
 
     # -- renderings --------------------------------------------------------------------------

@@ -918,6 +918,7 @@ def scan(
     rows = sort_rows(filter_rows(scanner.rows, device), sort)
     findings = tuple(f for f in scanner.findings if device is None or _finding_matches(f, rows))
     return DevicesReport(
+        gpus_checked=gpus,
         rows=tuple(rows),
         findings=findings,
         gpus=gpu_records,
