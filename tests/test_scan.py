@@ -525,3 +525,66 @@ def test_rich_rendering() -> None:
     console.print(run_scan({"x": torch.zeros(3)}))
     text = console.export_text()
     assert "x     Tensor  cpu     float32  [3]" in text and "Total: cpu 12 B" in text
+
+
+# --- per-GPU section and who holds unnamed memory -------------------------------------------
+
+
+def _fake_gpu_backend(allocated: int) -> Any:
+    from _gpu_fakes import FakeCuda, FakePynvml, fake_torch
+
+    from torchdevmagic.gpu import GpuBackend, Nvml
+
+    cuda = FakeCuda(
+        count=1,
+        initialised=True,
+        uuids=("GPU-aaaa",),
+        names=("NVIDIA H200",),
+        allocated=(allocated,),
+    )
+    return GpuBackend(torch=fake_torch(cuda), nvml=Nvml(load=lambda: FakePynvml([])), environ={})
+
+
+def test_gpu_rows_show_named_vs_allocated_and_the_gap() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        on_gpu = torch.empty(8, device="cuda")
+    report = scan({"w": on_gpu}, gpu_backend=_fake_gpu_backend(3 * 1024**3))
+    (gpu,) = report.gpus
+    assert gpu.device == "cuda:0" and gpu.name == "NVIDIA H200"
+    assert gpu.allocated_bytes == 3 * 1024**3 and gpu.named_bytes == 0
+    text = str(report)
+    assert "3.0 GiB allocated is held by no named variable" in text
+    assert "NVIDIA H200" in text and "cuda:0" in text
+
+
+def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
+    from torchdevmagic.scan import _Scanner, _Torch
+
+    x = torch.zeros(1000)
+    loss = (torch.ones(10, requires_grad=True) * 2).sum()
+    ns = {"x": x, "loss": loss, "Out": {3: torch.zeros(500), 4: x}, "_": torch.zeros(250)}
+    scanner = _Scanner(_Torch.from_module(torch), 6, 1000, 10_000)
+    for name in ("x", "loss"):
+        scanner.visit(ns[name], name, 0)
+    named_before = dict(scanner.named_by_device)
+
+    def failing() -> None:
+        held = torch.zeros(2000)  # noqa: F841 - kept alive by the stored traceback
+        raise ValueError("boom")
+
+    try:
+        failing()
+    except ValueError:
+        sys.last_traceback = sys.exc_info()[2]
+    try:
+        holders = scanner.holders(ns)
+    finally:
+        sys.last_traceback = None
+    cpu = holders["cpu"]
+    assert cpu[0] == "IPython output history holds 2.9 KiB (Out[3], _; free with %reset -f out)"
+    assert cpu[1].startswith("the last traceback's frames hold 7.8 KiB")
+    assert cpu[2].startswith("loss keeps an autograd graph")
+    assert scanner.named_by_device == named_before  # measuring left the totals alone
+    assert [r.path for r in scanner.rows] == ["x", "loss"]
