@@ -54,3 +54,24 @@ def test_load_unload_reload_are_symmetric(_ipython: Any) -> None:
     assert _our_magics(shell) == loaded
     shell.run_line_magic("unload_ext", "torchdevmagic")
     assert _our_magics(shell) == set()
+
+
+def test_extension_loads_from_ipython_configuration(tmp_path: Any) -> None:
+    """c.InteractiveShellApp.extensions = ["torchdevmagic"] in a profile loads it."""
+    profile = tmp_path / "profile_tdm"
+    profile.mkdir()
+    (profile / "ipython_config.py").write_text(
+        'c.InteractiveShellApp.extensions = ["torchdevmagic"]\n', encoding="utf-8"
+    )
+    code = "import torch; x = torch.zeros(3)\n%devices\n"
+    script = tmp_path / "cell.ipy"
+    script.write_text(code, encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, "-m", "IPython", f"--profile-dir={profile}", "--no-banner", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "IPYTHONDIR": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "x     Tensor  cpu     float32  [3]" in out.stdout
