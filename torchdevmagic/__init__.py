@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 # public name -> (module, attribute); resolved on first access so import stays cheap.
 _LAZY: dict[str, tuple[str, str]] = {
     "device_memory": ("torchdevmagic.gpu", "device_memory"),
+    "check_environment": ("torchdevmagic.env", "check_environment"),
 }
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too
