@@ -222,6 +222,9 @@ def test_pip_mismatch_is_secondary_when_cuda_works(tmp_path: Path) -> None:
     report = verdict(tmp_path, cuda_torch(count=1), nv, pip_shebang="#!/elsewhere/bin/python")
     assert report.code == "ok"
     assert any("%pip install" in a for a in report.also)
+    mps = fake_torch(FakeCuda(), cuda_version=None, mps=(0, 0))
+    report = verdict(tmp_path, mps, pip_shebang="#!/elsewhere/bin/python")
+    assert report.code == "ok" and any("%pip install" in a for a in report.also)
 
 
 def test_same_major_older_driver_is_a_note_not_a_verdict(tmp_path: Path) -> None:

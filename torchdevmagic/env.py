@@ -352,7 +352,10 @@ def _gpu_here_fix(f: EnvFacts) -> str:
 
 
 def _pip_mismatch(f: EnvFacts) -> Optional[Verdict]:
-    if f.pip_matches is not False or (f.cuda_available and f.torch_version):
+    # Only the verdict when torch lacks a working accelerator: then it is the likely reason a
+    # freshly installed CUDA build "still says CPU". Otherwise it is an "also" line.
+    works = f.cuda_available or f.mps_available or f.xpu_available
+    if f.pip_matches is not False or (works and f.torch_version):
         return None
     return Verdict(
         "pip_mismatch",
