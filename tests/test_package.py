@@ -71,6 +71,7 @@ def test_extension_loads_from_ipython_configuration(tmp_path: Any) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
         env={**__import__("os").environ, "IPYTHONDIR": str(tmp_path)},
     )
     assert out.returncode == 0, out.stderr

@@ -21,6 +21,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "scan": ("torchdevmagic.scan", "scan"),
     "DevicesReport": ("torchdevmagic.report", "DevicesReport"),
     "device_memory": ("torchdevmagic.gpu", "device_memory"),
+    "check_environment": ("torchdevmagic.env", "check_environment"),
 }
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too

@@ -43,27 +43,37 @@ class DevicesMagics(Magics):
     @argument("-a", "--all", action="store_true", help="include _private and IPython names")
     @argument("-s", "--sort", default="size", choices=SORT_KEYS, help="row order (default: size)")
     @argument("--top", type=_top, default=None, help="show N rows (default 30; 0 shows all)")
+    @argument("--env", action="store_true", help="CUDA environment verdict instead of variables")
     @argument("-o", "--output", action="store_true", help="return the report object")
     @line_magic
     def devices(self, line: str = "") -> Any:
         """Show where your tensors, modules and optimizers live, and what each GPU holds.
 
         Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [-o]
+               %devices --env [-o]
 
         Findings (a module split across devices, a tensor attribute .to() will not move,
         optimizer state on another device) come first, then one row per variable, then one
         row per GPU (named bytes, allocator, NVML). Nothing is copied, synchronised or run.
+
+        --env answers "why is the GPU (not) there?": a verdict and its one-line fix (CPU-only
+        build, no driver, CUDA_VISIBLE_DEVICES hides the GPUs, driver too old, architecture
+        missing from the build, pip installing into another Python), then the facts. It
+        never creates a CUDA context.
 
         Examples::
 
             %devices                # everything, biggest first
             %devices cuda:0 --top 10
             report = %devices -o    # the report object: report.rows, report.totals()
+            %devices --env          # why torch does (not) see the GPU
         """
         args = parse_argstring(self.devices, line)
+        shell = self.shell
+        if args.env:
+            return self._env(args)
         from torchdevmagic.scan import scan
 
-        shell = self.shell
         report = scan(
             shell.user_ns,
             device=parse_device(args.device),
@@ -72,7 +82,18 @@ class DevicesMagics(Magics):
             sort=args.sort,
             top=args.top,
         )
-        if args.output:
+        return self._finish(report, args.output)
+
+    def _env(self, args: Any) -> Any:
+        if args.device or args.all or args.top is not None or args.sort != "size":
+            raise UsageError("--env takes no device, -a, --sort or --top (only -o)")
+        from torchdevmagic.env import check_environment
+
+        return self._finish(check_environment(), args.output)
+
+    def _finish(self, report: Any, output: bool) -> Any:
+        """-o returns the object (shown as Out[n]); otherwise show it once."""
+        if output:
             return report
-        show(shell, report)
+        show(self.shell, report)
         return None
