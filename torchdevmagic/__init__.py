@@ -17,7 +17,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 # public name -> (module, attribute); resolved on first access so import stays cheap.
-_LAZY: dict[str, tuple[str, str]] = {}
+_LAZY: dict[str, tuple[str, str]] = {
+    "cuda_time": ("torchdevmagic.timing", "cuda_time"),
+    "Timer": ("torchdevmagic.timing", "Timer"),
+    "TimingResult": ("torchdevmagic.timing", "TimingResult"),
+}
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too
     *sorted(_LAZY),
