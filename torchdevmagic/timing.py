@@ -498,7 +498,8 @@ class Timer:
         if index is None:
             index = backend.current_device()
         elif index >= count:
-            raise ValueError(f"{kind}:{index} does not exist ({plural(count, kind + ' device')})")
+            what = plural(count, backend.kind + " device")
+            raise ValueError(f"{backend.kind}:{index} does not exist ({what})")
         if backend.is_capturing():
             raise CaptureInProgress(
                 "a CUDA graph is being captured on the current stream; time outside the capture"
@@ -613,12 +614,10 @@ class Timer:
                     b.record(warm_done, s)
                     self._wait(b, warm_done)  # timed runs start on an idle stream
                 b.reset_peak(plan.index)
-                with b.sync_counter() as counter:
-                    for pair in pairs if acc.error is None else ():
-                        self._timed_repeat(plan, b, fn, stream=s, events=pair, acc=acc)
-                        if acc.error is not None:
-                            break
-                acc.syncs = counter.count
+                for pair in pairs if acc.error is None else ():
+                    self._timed_repeat(plan, b, fn, stream=s, events=pair, acc=acc)
+                    if acc.error is not None:
+                        break
             finally:
                 if separate:
                     b.wait_stream(p, s)  # later work on p sees the cell's results
@@ -651,9 +650,12 @@ class Timer:
         t0 = self.clock()
         b.record(start, stream)
         try:
-            acc.value, acc.error, done = self._call(fn, plan.n)
+            # Only the code itself: our own polling must not count as the cell's syncs.
+            with b.sync_counter() as counter:
+                acc.value, acc.error, done = self._call(fn, plan.n)
         finally:
             b.record(end, stream)  # also on Ctrl-C: nothing may stay unbracketed
+        acc.add_syncs(counter.count)
         t1 = self.clock()
         c1 = self.cpu_clock()
         self._wait(b, end)
@@ -682,6 +684,10 @@ class _Samples:
         self.hosts.append(host * 1e3 / runs)
         self.walls.append(wall * 1e3 / runs)
         self.cpus.append(cpu * 1e3 / runs)
+
+    def add_syncs(self, count: Optional[int]) -> None:
+        if count is not None:
+            self.syncs = (self.syncs or 0) + count
 
     def fill(self, result: TimingResult, plan: Plan) -> None:
         result.runs, result.repeats, result.warmup = plan.n, plan.r, plan.warmup
