@@ -100,6 +100,13 @@ def test_bad_options_are_a_usage_error(shell: Any, options: str, message: str) -
     assert "ran" not in shell.user_ns
 
 
+def test_options_are_parsed_per_line(shell: Any) -> None:
+    for _ in range(2):  # parsed lines are remembered; refusals are not
+        assert type(run(shell, "%%cuda_time -n 0\n1").error_in_exec) is UsageError
+    assert run(shell, "%%cuda_time -q -o -n 2\n1").result.runs == 2
+    assert run(shell, "%%cuda_time -q -o -n 3\n1").result.runs == 3
+
+
 def test_top_level_await_is_a_usage_error(shell: Any) -> None:
     res = run(shell, "%%cuda_time\nimport asyncio\nawait asyncio.sleep(0)")
     assert type(res.error_in_exec) is UsageError
