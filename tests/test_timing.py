@@ -74,9 +74,18 @@ def test_single_run_brackets_the_code_on_the_dedicated_stream() -> None:
         "wait main0 <- timed0",  # join, then restore
         "set_stream main0",
     ]
-    assert len(sleeps) == 2 and all(0 < s <= 1e-3 for s in sleeps)
+    assert sleeps == [pytest.approx(1e-3 / 50)]  # spun once, then slept 1/50 of the wait
     assert m.value == 42 and m.error is None
     assert backend.stream[0] is backend.main[0]
+
+
+def test_polling_spins_briefly_then_sleeps_in_proportion() -> None:
+    log: list[str] = []
+    timer, sleeps = make_timer(FakeBackend(log, pending_polls=30))  # clock: 1 ms a reading
+    timer.measure(logging_fn(log))
+    assert log.count("query e2") == 31
+    # readings at 0, 1, 2, ... ms of waiting: spin below 1 ms, then waited/50, capped at 1 ms
+    assert sleeps == [pytest.approx(min(i * 1e-3 / 50, 1e-3)) for i in range(1, 30)]
 
 
 def test_error_still_records_end_joins_and_restores() -> None:
