@@ -372,6 +372,19 @@ def test_sync_warnings_are_counted_and_others_pass_through() -> None:
     assert modes == [1, 0] and state["mode"] == 0
 
 
+def test_sync_counting_keeps_filters_the_code_sets() -> None:
+    with warnings.catch_warnings():
+        before = list(warnings.filters)
+        with count_sync_warnings(lambda: 0, lambda m: None):
+            warnings.filterwarnings("ignore", message="the cell's own filter")
+            users = warnings.filters[0]
+        assert warnings.filters == [users, *before]  # ours gone, the cell's kept
+        shown: list[str] = []
+        warnings.showwarning = lambda msg, *a, **k: shown.append(str(msg))
+        warnings.warn(SYNC_WARNING, stacklevel=1)  # after the block: shown, not counted
+        assert shown == [SYNC_WARNING]
+
+
 def test_sync_counting_leaves_a_users_debug_mode_alone_and_restores_on_error() -> None:
     calls: list[int] = []
     with count_sync_warnings(lambda: 2, calls.append) as counter:

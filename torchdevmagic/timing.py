@@ -26,7 +26,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, cast
 
 from torchdevmagic._display import MUTED_STYLE, WARN_COLOR, Displayable, esc, html_block
 from torchdevmagic._format import format_bytes, format_ms, plural
@@ -82,30 +82,39 @@ def count_sync_warnings(
     """Count torch's "synchronizing CUDA operation" warnings while the block runs.
 
     Only when the user has not set a sync debug mode themselves (we never override "warn" or
-    "error"). The mode is restored and the warning machinery put back on the way out; other
-    warnings raised meanwhile still reach the original ``showwarning``.
+    "error"). Not ``warnings.catch_warnings``: that would also undo filters the cell itself
+    sets. We add one filter and wrap ``showwarning``, and on the way out remove exactly those
+    (unless the cell replaced ``showwarning`` itself) and restore the mode. Other warnings
+    still reach the original ``showwarning``.
     """
     if get_mode() != 0:
         yield SyncCount(None)
         return
     counter = SyncCount(0)
-    with warnings.catch_warnings():
-        # "always": repeated syncs from one line must each count, not once per location.
-        warnings.filterwarnings("always", message=SYNC_WARNING)
-        show = warnings.showwarning
+    original = warnings.showwarning
 
-        def showwarning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
-            if str(message).startswith(SYNC_WARNING):
-                counter.count = (counter.count or 0) + 1
-                return
-            show(message, category, *args, **kwargs)
+    def showwarning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+        if str(message).startswith(SYNC_WARNING):
+            counter.count = (counter.count or 0) + 1
+            return
+        original(message, category, *args, **kwargs)
 
-        warnings.showwarning = showwarning
-        set_mode(1)
-        try:
-            yield counter
-        finally:
-            set_mode(0)
+    # "always": repeated syncs from one line must each count, not once per location.
+    warnings.filterwarnings("always", message=SYNC_WARNING)
+    ours = warnings.filters[0]
+    warnings.showwarning = showwarning
+    set_mode(1)
+    try:
+        yield counter
+    finally:
+        set_mode(0)
+        if warnings.showwarning is showwarning:
+            warnings.showwarning = original
+        with contextlib.suppress(ValueError):
+            cast("list[Any]", warnings.filters).remove(ours)
+        mutated = getattr(warnings, "_filters_mutated", None)  # drop cached decisions
+        if mutated is not None:
+            mutated()
 
 
 class TorchStreamBackend:
