@@ -22,6 +22,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DevicesReport": ("torchdevmagic.report", "DevicesReport"),
     "device_memory": ("torchdevmagic.gpu", "device_memory"),
     "check_environment": ("torchdevmagic.env", "check_environment"),
+    "cuda_time": ("torchdevmagic.timing", "cuda_time"),
+    "Timer": ("torchdevmagic.timing", "Timer"),
+    "TimingResult": ("torchdevmagic.timing", "TimingResult"),
 }
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too

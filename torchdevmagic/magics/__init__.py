@@ -12,6 +12,7 @@ from typing import Any
 # "module:Class" for every Magics subclass the extension registers, in load order.
 MAGIC_CLASSES: list[str] = [
     "torchdevmagic.magics.devices:DevicesMagics",
+    "torchdevmagic.magics.cuda_time:CudaTimeMagics",
 ]
 
 # shell -> list of (Magics instance) registered by us, so unload removes exactly those.
