@@ -98,7 +98,7 @@ def test_module_row_has_device_breakdown_with_grads() -> None:
     assert row.device == "cpu"
     params = (4 * 8 + 8 + 8 * 2 + 2) * 4
     assert row.nbytes == 2 * params  # weights and their grads
-    assert [(s.device, s.count, s.nbytes) for s in row.breakdown] == [("cpu", 8, 2 * params)]
+    assert [(s.device, s.tensors, s.nbytes) for s in row.breakdown] == [("cpu", 8, 2 * params)]
     assert row.note == "4 tensors"
 
 

@@ -63,7 +63,7 @@ def sort_rows(rows: list[Row], key: str) -> list[Row]:
 
 
 def breakdown_text(shares: Iterable[DeviceShare]) -> str:
-    return ", ".join(f"{s.device} ×{s.count} ({format_bytes(s.nbytes)})" for s in shares)
+    return ", ".join(f"{s.device} ×{s.tensors} ({format_bytes(s.nbytes)})" for s in shares)
 
 
 def _details(row: Row) -> str:

@@ -135,7 +135,7 @@ class _Torch:
             fakes = (fake_mod.FakeTensor,)
         uninit: tuple[type, ...] = ()
         with contextlib.suppress(Exception):
-            from torch.nn.parameter import UninitializedTensorMixin
+            from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
             uninit = (UninitializedTensorMixin,)
         return cls(
@@ -286,7 +286,7 @@ def _component_storage(t: Any, tt: _Torch) -> tuple[Optional[int], int]:
 # safe attribute access
 
 
-def instance_attributes(obj: Any) -> Optional[Mapping[str, Any]]:
+def instance_attributes(obj: Any) -> Optional[dict[str, Any]]:
     """The instance ``__dict__`` without calling a property that shadows ``__dict__``."""
     for klass in type(obj).__mro__:
         entry = _type_dict(klass).get("__dict__")
@@ -490,6 +490,7 @@ class _Scanner:
                 visit(value, f"{path}[{text}]" if text else f"{path}[<key {i}>]", depth)
 
     def walk_sequence(self, seq: Any, path: str, depth: int) -> None:
+        get: Callable[[Any, int], Any]
         if issubclass(type(seq), tuple):
             n, get = _tuple_len(seq), _tuple_get
         else:
@@ -646,7 +647,7 @@ class _Scanner:
         main = _target_device(shares)
         if len(shares) > 1:
             odd = [p for p, d in acc.tensors if d != main and not p.endswith(".grad")]
-            odd_devices = ", ".join(f"{s.device} ×{s.count}" for s in shares if s.device != main)
+            odd_devices = ", ".join(f"{s.device} ×{s.tensors}" for s in shares if s.device != main)
             self.findings.append(
                 Finding(
                     "split_module",
