@@ -17,7 +17,10 @@ from typing import Any
 __version__ = "0.1.0"
 
 # public name -> (module, attribute); resolved on first access so import stays cheap.
-_LAZY: dict[str, tuple[str, str]] = {}
+_LAZY: dict[str, tuple[str, str]] = {
+    "diagnose": ("torchdevmagic.diagnose", "diagnose"),
+    "Diagnosis": ("torchdevmagic.diagnose", "Diagnosis"),
+}
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too
     *sorted(_LAZY),

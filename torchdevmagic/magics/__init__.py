@@ -10,7 +10,9 @@ import importlib
 from typing import Any
 
 # "module:Class" for every Magics subclass the extension registers, in load order.
-MAGIC_CLASSES: list[str] = []
+MAGIC_CLASSES: list[str] = [
+    "torchdevmagic.magics.devcheck:DevcheckMagics",
+]
 
 # shell -> list of (Magics instance) registered by us, so unload removes exactly those.
 _LOADED: dict[int, list[Any]] = {}
