@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 
 # public name -> (module, attribute); resolved on first access so import stays cheap.
 _LAZY: dict[str, tuple[str, str]] = {
-    "diagnose": ("torchdevmagic.diagnose", "diagnose"),
-    "Diagnosis": ("torchdevmagic.diagnose", "Diagnosis"),
+    "diagnose": ("torchdevmagic.diagnosis", "diagnose"),
+    "Diagnosis": ("torchdevmagic.diagnosis", "Diagnosis"),
 }
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too

@@ -25,7 +25,7 @@ DiagnoseFn = Callable[..., Any]
 
 
 def _default_diagnose(exc: BaseException, namespace: Any, **kw: Any) -> Any:
-    from torchdevmagic.diagnose import diagnose
+    from torchdevmagic.diagnosis import diagnose
 
     return diagnose(exc, namespace, **kw)
 
@@ -169,7 +169,7 @@ class DevcheckMagics(Magics):
         hidden = 0
         tb = exc.__traceback__
         if collapse:
-            from torchdevmagic.diagnose.culprits import default_user_frame
+            from torchdevmagic.diagnosis.culprits import default_user_frame
 
             tb, hidden = collapsed_traceback(tb, default_user_frame(self.shell.user_ns))
         try:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from torchdevmagic.diagnose import rules as rl
-from torchdevmagic.diagnose.rules import match_message
+from torchdevmagic.diagnosis import rules as rl
+from torchdevmagic.diagnosis.rules import match_message
 
 # category in the corpus -> the kind our rules must give every example and variant
 CATEGORY_KIND = {
@@ -94,7 +94,7 @@ def test_device_or_dtype_conv_messages_split_on_cuda_marker(
             ("cpu", "cuda:0"), "cpu", "cuda:0", "mat2",
         ),
         ("addmm: expected 'mat2' to be CUDA, but got CPU", ("cuda", "cpu"), "cuda", "cpu", "mat2"),
-        ("Tensor on device meta is not on the expected device cpu!", ("cpu", "meta"), "cpu", "meta", None),
+        ("Tensor on device meta is not on the expected device cpu!", ("cpu", "meta"), "cpu", "meta", None),  # noqa: E501
         (
             "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be "
             "the same",
@@ -119,7 +119,7 @@ def test_device_or_dtype_conv_messages_split_on_cuda_marker(
             "found one of them on device: cpu",
             ("cuda:0", "cpu"), "cuda:0", "cpu", "module",
         ),
-        ("Placeholder storage has not been allocated on MPS device!", ("mps", "cpu"), "mps", "cpu", None),
+        ("Placeholder storage has not been allocated on MPS device!", ("mps", "cpu"), "mps", "cpu", None),  # noqa: E501
         (
             "Expected all tensors to be on the same device, but found at least two devices, "
             "cuda:1 and cuda:0! (when checking argument for argument weight in method "
@@ -179,7 +179,7 @@ def test_dataparallel_and_dataloader_wrappers_are_stripped(
             rl.NO_CUDA, "cuda",
         ),
         ("expected scalar type Float but found Half", rl.DTYPE_MISMATCH, "float16"),
-        ("mat1 and mat2 must have the same dtype, but got Half and Float", rl.DTYPE_MISMATCH, "float16"),
+        ("mat1 and mat2 must have the same dtype, but got Half and Float", rl.DTYPE_MISMATCH, "float16"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_companion_shapes(text: str, kind: str, odd: str) -> None:

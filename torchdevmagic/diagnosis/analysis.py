@@ -10,10 +10,10 @@ from types import FrameType, TracebackType
 from typing import Any, Callable, Optional
 
 from torchdevmagic._format import format_bytes, format_dtype, format_shape, plural
-from torchdevmagic.diagnose import culprits as cp
-from torchdevmagic.diagnose import fixes as fx
-from torchdevmagic.diagnose import rules as rl
-from torchdevmagic.diagnose.result import Culprit, Diagnosis, location_text
+from torchdevmagic.diagnosis import culprits as cp
+from torchdevmagic.diagnosis import fixes as fx
+from torchdevmagic.diagnosis import rules as rl
+from torchdevmagic.diagnosis.result import Culprit, Diagnosis, location_text
 
 EnvVerdict = Callable[[rl.Match], Optional[str]]
 
@@ -367,22 +367,29 @@ def _dtype_mismatch(c: _Ctx) -> Diagnosis:
 
 
 def _numpy_device(c: _Ctx) -> Diagnosis:
-    match = c.match
-    base = c.base
-    values = c.values
-    frames = c.frames
+    match, base, values, frames = c.match, c.base, c.values, c.frames
     odd = match.odd or "cuda"
     culprits = [v for v in values if v.kind == "tensor" and _on(v.devices, odd)]
-    inner = frames[-1] if frames else None
-    fix = fx.numpy_fix(inner.stmt if inner else None, culprits, base.get("source") or "")
+    # The line to rewrite is where the user named the tensor, not a helper deeper down.
+    home = _frame_naming(culprits, frames) or (frames[-1] if frames else None)
+    fix = fx.numpy_fix(home.stmt if home else None, culprits, base.get("source") or "")
     names = ", ".join(v.expression for v in culprits) or "the tensor"
     return Diagnosis(
         summary=f"{names} lives on {odd}; NumPy can only read CPU memory",
         culprits=tuple(_culprit(v) for v in culprits),
         fix=fix,
-        fix_lineno=base.get("lineno") if fix else None,
+        fix_lineno=home.lineno if fix and home else None,
         **base,
     )
+
+
+def _frame_naming(values: list[cp.Value], frames: list[_Frame]) -> Optional[_Frame]:
+    """The innermost frame whose failing statement names one of ``values``."""
+    ids = {v.object_id for v in values}
+    for fr in reversed(frames):
+        if any(v.object_id in ids for v in fr.values):
+            return fr
+    return None
 
 
 def _numpy_grad(c: _Ctx) -> Diagnosis:

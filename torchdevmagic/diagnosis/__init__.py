@@ -7,9 +7,9 @@ and proposes one line that fixes it (:mod:`.fixes`).
 
 from __future__ import annotations
 
-from torchdevmagic.diagnose.analysis import diagnose, environment_verdict
-from torchdevmagic.diagnose.result import Culprit, Diagnosis
-from torchdevmagic.diagnose.rules import RULES, Match, match_message
+from torchdevmagic.diagnosis.analysis import diagnose, environment_verdict
+from torchdevmagic.diagnosis.result import Culprit, Diagnosis
+from torchdevmagic.diagnosis.rules import RULES, Match, match_message
 
 __all__ = [
     "RULES",

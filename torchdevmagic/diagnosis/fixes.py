@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from torchdevmagic.diagnose.culprits import MOVE_METHODS, Value
+from torchdevmagic.diagnosis.culprits import MOVE_METHODS, Value
 
 DEVICE_NAMES = ("DEVICE", "device", "dev")
 FALLBACK_DEVICE = '"cuda" if torch.cuda.is_available() else "cpu"'
