@@ -16,6 +16,8 @@ from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis, location_text
 
 EnvVerdict = Callable[[rl.Match], Optional[str]]
+OUTER_FRAMES = 3  # user frames analysed from the top (the cell and what it called) ...
+INNER_FRAMES = 5  # ... and from the bottom (where it failed)
 
 
 def environment_verdict(match: rl.Match) -> Optional[str]:
@@ -72,6 +74,9 @@ def _user_frames(
     torch: Any,
 ) -> list[_Frame]:
     raw = [(f, ln) for f, ln in cp.walk_tb(tb) if pred(f)]
+    if len(raw) > OUTER_FRAMES + INNER_FRAMES:
+        # Deep recursion: the cell that started it and the frames where it failed say all.
+        raw = raw[:OUTER_FRAMES] + raw[-INNER_FRAMES:]
     out: list[_Frame] = []
     for f, ln in raw:
         lines, tree = cp.parse_source(f.f_code.co_filename, f.f_globals)

@@ -204,6 +204,10 @@ def _describe_container(obj: Any, expression: str, torch: Any) -> Optional[Value
     items = _container_items(obj)
     if not items:
         return None
+    # Only containers *of tensors* (a hidden-state tuple, a batch dict): a namespace dict
+    # that happens to hold a tensor is not a value the user passed.
+    if not all(v is None or is_tensor(v, torch) for v in items):
+        return None
     metas = [tensor_meta(v, torch) for v in items if is_tensor(v, torch)]
     metas = [m for m in metas if m is not None]
     if not metas:
