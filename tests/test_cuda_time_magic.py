@@ -232,3 +232,20 @@ def test_cuda_python_api_real_events() -> None:
     r = torchdevmagic.cuda_time(torch.mm, a, a, n=5, r=3, warmup=1)
     assert len(r.gpu_samples_ms) == 3 and all(s > 0 for s in r.gpu_samples_ms)
     assert r.min_ms is not None and r.median_ms is not None and r.min_ms <= r.median_ms
+
+
+def test_traceback_names_the_cells_own_number_and_line(shell: Any, capsys: Any) -> None:
+    shell.run_cell("a = 1", store_history=True)
+    number = shell.execution_count
+    result = shell.run_cell("%%cuda_time -q\nb = 2\nraise ValueError('line 3')", store_history=True)
+    assert type(result.error_in_exec) is ValueError
+    tb = result.error_in_exec.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_lineno == 3  # the %%cuda_time line is line 1, as the user sees it
+    cached = (
+        shell.compile._filename_map.get(tb.tb_frame.f_code.co_filename)
+        if hasattr(shell.compile, "_filename_map")
+        else int(tb.tb_frame.f_code.co_filename.split("-")[2])
+    )
+    assert cached == number

@@ -40,6 +40,17 @@ def _top_level_await(tree: ast.AST) -> bool:
     return False
 
 
+def cell_number(shell: Any) -> int:
+    """The ``In[n]`` number of the cell being run.
+
+    IPython 8+ increments ``execution_count`` before running the cell's code, 7.x after; the
+    ExecutionResult the displayhook holds has the number the cell was stored under in both.
+    """
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    number = getattr(result, "execution_count", None)
+    return number if isinstance(number, int) else shell.execution_count
+
+
 def compile_cell(shell: Any, cell: str, magic: str) -> CompiledCell:
     """Compile ``cell`` for execution in ``shell.user_ns``.
 
@@ -48,7 +59,7 @@ def compile_cell(shell: Any, cell: str, magic: str) -> CompiledCell:
     line being line 1).
     """
     source = "\n" + shell.transform_cell(cell)
-    filename = shell.compile.cache(source, shell.execution_count)
+    filename = shell.compile.cache(source, cell_number(shell))
     tree = shell.compile.ast_parse(source, filename=filename)
     if _top_level_await(tree):
         raise UsageError(f"%%{magic} cannot run top-level await; put it in a plain cell")
