@@ -286,20 +286,31 @@ def _component_storage(t: Any, tt: _Torch) -> tuple[Optional[int], int]:
 # safe attribute access
 
 
-def instance_attributes(obj: Any) -> Optional[dict[str, Any]]:
-    """The instance ``__dict__`` without calling a property that shadows ``__dict__``."""
-    for klass in type(obj).__mro__:
+def dict_descriptor(cls: type) -> Optional[Any]:
+    """The C getset that reads instances' ``__dict__``; ``None`` when there is none, or when
+    a class shadows it with something that could run code (a property)."""
+    for klass in cls.__mro__:
         entry = _type_dict(klass).get("__dict__")
         if entry is None:
             continue
-        if type(entry) is types.GetSetDescriptorType:
-            try:
-                found = entry.__get__(obj)
-            except Exception:
-                return None
-            return found if type(found) is dict else None
-        return None  # shadowed by something that could run code
+        return entry if type(entry) is types.GetSetDescriptorType else None
     return None
+
+
+def instance_attributes(obj: Any, descriptor: Any = False) -> Optional[dict[str, Any]]:
+    """The instance ``__dict__`` without calling a property that shadows ``__dict__``.
+
+    ``descriptor`` is ``dict_descriptor(type(obj))`` when the caller has it cached.
+    """
+    if descriptor is False:
+        descriptor = dict_descriptor(type(obj))
+    if descriptor is None:
+        return None
+    try:
+        found = descriptor.__get__(obj)
+    except Exception:
+        return None
+    return found if type(found) is dict else None
 
 
 def slot_values(obj: Any) -> Iterator[tuple[str, Any]]:
@@ -407,6 +418,15 @@ class _Scanner:
         self.named_by_device: dict[str, int] = {}
         self.graph_roots: list[tuple[str, str]] = []  # (path, device) of non-leaf tensors
         self._kind_cache: dict[type, str] = {}
+        self._dict_cache: dict[type, Any] = {}
+
+    def attributes(self, obj: Any) -> Optional[dict[str, Any]]:
+        """``instance_attributes`` with the per-type descriptor looked up once per scan."""
+        cls = type(obj)
+        descriptor = self._dict_cache.get(cls, False)
+        if descriptor is False:
+            descriptor = self._dict_cache[cls] = dict_descriptor(cls)
+        return instance_attributes(obj, descriptor)
 
     # -- classification -----------------------------------------------------------------------
     def kind_of(self, cls: type) -> str:
@@ -530,7 +550,7 @@ class _Scanner:
         self._capped(((f"{path}{{#{i}}}", v) for i, v in enumerate(iterator)), n, path, depth)
 
     def walk_object(self, obj: Any, path: str, depth: int) -> None:
-        attrs = instance_attributes(obj)
+        attrs = self.attributes(obj)
         if attrs is not None:
             self._capped(
                 ((_attr_path(path, k), v) for k, v in _dict_items(attrs) if type(k) is str),
@@ -610,7 +630,7 @@ class _Scanner:
             if id(m) in seen_modules:
                 continue
             seen_modules.add(id(m))
-            ns = instance_attributes(m) or {}
+            ns = self.attributes(m) or {}
             for group in ("_parameters", "_buffers"):
                 table = ns.get(group)
                 if type(table) is dict:
@@ -708,7 +728,7 @@ class _Scanner:
                 self.skipped_objects += 1
 
     def _optimizer_row(self, path: str, opt: Any) -> None:
-        ns = instance_attributes(opt) or {}
+        ns = self.attributes(opt) or {}
         state = ns.get("state")
         acc = _Accumulator()
         mismatched: list[str] = []
