@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from torchdevmagic.magics._args import ParsedLines
 from torchdevmagic.magics._cell import compile_cell, run_compiled
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ class DevcheckMagics(Magics):
         self.last: Any = None  # the last Diagnosis (plain data, no frames)
         self._installed: Any = None  # the CustomTB we put on the shell
         self._previous: Optional[tuple[tuple[type, ...], Any]] = None
+        self._options = ParsedLines(self.devcheck)
 
     @property
     def _shell(self) -> InteractiveShell:
@@ -100,7 +102,7 @@ class DevcheckMagics(Magics):
             %%devcheck
             y = model(x)
         """
-        full = bool(line.strip()) and parse_argstring(self.devcheck, line).full
+        full = self._options(line).full
         compiled = compile_cell(self._shell, cell, "devcheck")
         try:
             return run_compiled(self._shell, compiled)
