@@ -464,7 +464,7 @@ def _no_cuda(c: _Ctx) -> Diagnosis:
 def _device_tensors(
     mapping: Mapping[str, Any], device: str, torch: Any, prefix: str = ""
 ) -> list[cp.Value]:
-    out = []
+    out: list[cp.Value] = []
     try:
         items = list(dict.items(mapping)) if isinstance(mapping, dict) else []
     except Exception:
@@ -518,12 +518,12 @@ def _out_of_memory(c: _Ctx) -> Diagnosis:
                 f"of tensors alive on {device}"
             )
     req = match.details.get("requested_bytes")
-    total = match.details.get("total_bytes")
-    if req and total and int(req) > int(total):
+    capacity = match.details.get("total_bytes")
+    if req and capacity and int(req) > int(capacity):
         notes.insert(
             0,
             f"the single request ({format_bytes(int(req))}) is larger than the whole device "
-            f"({format_bytes(int(total))}): a shape bug, not a memory shortage",
+            f"({format_bytes(int(capacity))}): a shape bug, not a memory shortage",
         )
     summary = f"{device} is full"
     if req:

@@ -19,7 +19,7 @@ import sysconfig
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 _MISSING = object()
 MAX_MODULE_TENSORS = 20_000  # enough for any real model; bounds the walk of odd objects
@@ -89,8 +89,18 @@ def _instance_dict(obj: Any) -> Mapping[str, Any]:
     return d if type(d) is dict else {}
 
 
-def tensor_meta(t: Any, torch: Any) -> Optional[tuple[str, str, tuple[int, ...], int, bool]]:
-    """(device, dtype, shape, nbytes, integer) of a tensor; metadata reads only."""
+class TensorMeta(NamedTuple):
+    """A tensor's metadata as plain values (no reference to the tensor)."""
+
+    device: str
+    dtype: str  # without the "torch." prefix
+    shape: tuple[int, ...]
+    nbytes: int
+    integer: bool  # neither floating point nor complex
+
+
+def tensor_meta(t: Any, torch: Any) -> Optional[TensorMeta]:
+    """The :class:`TensorMeta` of a tensor; metadata reads only."""
     if not _safe_tensor_type(t, torch):
         return None
     try:
@@ -98,7 +108,7 @@ def tensor_meta(t: Any, torch: Any) -> Optional[tuple[str, str, tuple[int, ...],
         shape = tuple(int(s) for s in t.shape)
         nbytes = int(t.numel()) * int(t.element_size())
         integer = not (dtype.is_floating_point or dtype.is_complex)
-        return str(t.device), str(dtype).replace("torch.", ""), shape, nbytes, integer
+        return TensorMeta(str(t.device), str(dtype).replace("torch.", ""), shape, nbytes, integer)
     except Exception:
         return None
 
@@ -170,11 +180,11 @@ def describe(
             meta = tensor_meta(t, torch)
             if meta is None:
                 continue
-            devs.append(meta[0])
-            if meta[1] not in dtypes and not meta[4]:
-                dtypes.append(meta[1])
+            devs.append(meta.device)
+            if meta.dtype not in dtypes and not meta.integer:
+                dtypes.append(meta.dtype)
             params += is_param
-            nbytes += meta[3]
+            nbytes += meta.nbytes
         devices, counts = _counted(devs)
         return Value(
             expression=expression,
@@ -208,12 +218,11 @@ def _describe_container(obj: Any, expression: str, torch: Any) -> Optional[Value
     # that happens to hold a tensor is not a value the user passed.
     if not all(v is None or is_tensor(v, torch) for v in items):
         return None
-    metas = [tensor_meta(v, torch) for v in items if is_tensor(v, torch)]
-    metas = [m for m in metas if m is not None]
+    metas = [m for v in items if is_tensor(v, torch) and (m := tensor_meta(v, torch)) is not None]
     if not metas:
         return None
-    devices, counts = _counted([m[0] for m in metas])
-    dtypes = tuple(dict.fromkeys(m[1] for m in metas))
+    devices, counts = _counted([m.device for m in metas])
+    dtypes = tuple(dict.fromkeys(m.dtype for m in metas))
     kind = "tuple" if isinstance(obj, tuple) else "list" if isinstance(obj, list) else "dict"
     return Value(
         expression=expression,
@@ -222,10 +231,10 @@ def _describe_container(obj: Any, expression: str, torch: Any) -> Optional[Value
         devices=devices,
         dtypes=dtypes,
         count=len(metas),
-        nbytes=sum(m[3] for m in metas),
+        nbytes=sum(m.nbytes for m in metas),
         device_counts=counts,
         container=kind,
-        integer=all(m[4] for m in metas),
+        integer=all(m.integer for m in metas),
         object_id=id(obj),
     )
 
@@ -275,9 +284,11 @@ def static_subscript(obj: Any, key: Any) -> Any:
     if key is _MISSING:
         return _MISSING
     try:
-        if isinstance(obj, (list, tuple)) and type(key) is int:
-            getter = tuple.__getitem__ if isinstance(obj, tuple) else list.__getitem__
-            return getter(obj, key)
+        # The base classes' own __getitem__: a subclass override is user code.
+        if isinstance(obj, tuple) and type(key) is int:
+            return tuple.__getitem__(obj, key)
+        if isinstance(obj, list) and type(key) is int:
+            return list.__getitem__(obj, key)
         if isinstance(obj, dict):
             return dict.get(obj, key, _MISSING)  # dict.get: no __missing__ hook
     except Exception:

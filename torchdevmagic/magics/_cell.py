@@ -9,6 +9,7 @@ apply the shell's AST transformers, split off a final expression, ``exec`` the r
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Optional
@@ -25,6 +26,50 @@ class CompiledCell:
     last: Optional[CodeType]  # the final expression, evaluated for Out[n]
     filename: str
     source: str  # the transformed body, as cached for tracebacks
+
+
+# Per input-transformer manager: (its transformers, raw cell) -> the static transformation.
+_STATIC: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], str]] = weakref.WeakKeyDictionary()
+STATIC_CACHE_SIZE = 256
+
+
+def _static_transform(manager: Any, cell: str) -> str:
+    """``manager.transform_cell(cell)``, remembered. IPython's static transformations (escapes,
+    ``!cmd``, ``%magic``, prompts) depend on the text and the transformers alone; the key
+    holds the transformers, so registering or removing one gives a fresh entry."""
+    key = (
+        *manager.cleanup_transforms,
+        None,
+        *manager.line_transforms,
+        None,
+        *manager.token_transformers,
+        cell,
+    )
+    try:
+        seen = _STATIC.setdefault(manager, {})
+        static = seen.get(key)
+    except TypeError:  # an unhashable or non-weakrefable transformer: no caching
+        return str(manager.transform_cell(cell))
+    if static is None:
+        static = str(manager.transform_cell(cell))
+        if len(seen) >= STATIC_CACHE_SIZE:
+            del seen[next(iter(seen))]  # the oldest entry
+        seen[key] = static
+    return static
+
+
+def transform_cell(shell: Any, cell: str) -> str:
+    """``shell.transform_cell(cell)`` with the static part cached (it tokenizes the whole cell,
+    ~100 µs for a few lines). IPython applies its *dynamic* transformations (automagic,
+    autocall: they depend on the namespace) only to single-line cells, and post-transformers
+    may do anything: in those cases the shell does all of it, uncached."""
+    manager = getattr(shell, "input_transformer_manager", None)
+    if manager is None or getattr(shell, "input_transformers_post", None):
+        return str(shell.transform_cell(cell))
+    static = _static_transform(manager, cell)
+    if len(static.splitlines()) == 1:
+        return str(shell.transform_cell(cell))
+    return static
 
 
 def _top_level_await(tree: ast.AST) -> bool:
@@ -58,10 +103,11 @@ def compile_cell(shell: Any, cell: str, magic: str) -> CompiledCell:
     traceback line number is the line number the user sees in the cell (the ``%%magic``
     line being line 1).
     """
-    source = "\n" + shell.transform_cell(cell)
+    source = "\n" + transform_cell(shell, cell)
     filename = shell.compile.cache(source, cell_number(shell))
     tree = shell.compile.ast_parse(source, filename=filename)
-    if _top_level_await(tree):
+    # Every async node needs the keyword in the text: skip the tree walk when it is absent.
+    if ("await" in source or "async" in source) and _top_level_await(tree):
         raise UsageError(f"%%{magic} cannot run top-level await; put it in a plain cell")
     tree = shell.transform_ast(tree)
     body_nodes = list(tree.body)

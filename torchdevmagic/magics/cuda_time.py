@@ -10,8 +10,9 @@ from typing import Any, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
+from torchdevmagic.magics._args import ParsedLines
 from torchdevmagic.magics._cell import compile_cell, ends_quietly, run_compiled
 from torchdevmagic.magics._show import show
 from torchdevmagic.timing import STREAM_MODES, CaptureInProgress, Timer, source_key
@@ -24,8 +25,7 @@ class CudaTimeMagics(Magics):
     def __init__(self, shell: Any, timer: Optional[Timer] = None) -> None:
         super().__init__(shell)
         self.timer = timer if timer is not None else Timer()
-        # argparse costs ~100 µs a call; a re-run cell has the same line, and parsing is pure.
-        self._parsed: dict[str, Any] = {}
+        self._options = ParsedLines(self.cuda_time)
 
     @magic_arguments()
     @argument("-n", type=int, default=1, metavar="N", help="runs per repeat (default 1). -n 10")
@@ -61,11 +61,7 @@ class CudaTimeMagics(Magics):
             %%cuda_time -n 10 -r 5 -w 1
             y = x @ x
         """
-        args = self._parsed.get(line)
-        if args is None:
-            args = parse_argstring(self.cuda_time, line)
-            if len(self._parsed) < 256:
-                self._parsed[line] = args
+        args = self._options(line)
         try:
             plan = self.timer.plan(
                 n=args.n, r=args.r, warmup=args.w, device=args.device, stream=args.stream

@@ -13,12 +13,16 @@ from __future__ import annotations
 import sys
 import types
 from types import TracebackType
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from torchdevmagic.magics._args import ParsedLines
 from torchdevmagic.magics._cell import compile_cell, run_compiled
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 NOTE_PREFIX = "torchdevmagic:"
 DiagnoseFn = Callable[..., Any]
@@ -71,6 +75,13 @@ class DevcheckMagics(Magics):
         self.last: Any = None  # the last Diagnosis (plain data, no frames)
         self._installed: Any = None  # the CustomTB we put on the shell
         self._previous: Optional[tuple[tuple[type, ...], Any]] = None
+        self._options = ParsedLines(self.devcheck)
+
+    @property
+    def _shell(self) -> InteractiveShell:
+        shell = self.shell
+        assert shell is not None  # a registered Magics instance always has its shell
+        return shell
 
     # ------------------------------------------------------------------ the magics
 
@@ -91,10 +102,10 @@ class DevcheckMagics(Magics):
             %%devcheck
             y = model(x)
         """
-        full = bool(line.strip()) and parse_argstring(self.devcheck, line).full
-        compiled = compile_cell(self.shell, cell, "devcheck")
+        full = self._options(line).full
+        compiled = compile_cell(self._shell, cell, "devcheck")
         try:
-            return run_compiled(self.shell, compiled)
+            return run_compiled(self._shell, compiled)
         except Exception as exc:
             self.explain(exc, collapse=not full)
             raise
@@ -108,7 +119,9 @@ class DevcheckMagics(Magics):
         help="on/off: explain errors in every cell; tb: full traceback of the last error",
     )
     @argument("-o", "--output", action="store_true", help="return the last Diagnosis")
-    @line_magic("devcheck")
+    # IPython types line_magic("name") as returning `_F | Callable[[_F], _F]`; the str form
+    # always returns the decorator, which the union cannot express.
+    @line_magic("devcheck")  # type: ignore[arg-type]
     def devcheck_line(self, line: str) -> Any:
         """Explain device errors in every cell, or show the last error in full.
 
@@ -144,7 +157,7 @@ class DevcheckMagics(Magics):
             return  # already explained (e.g. %%devcheck inside %devcheck on)
         try:
             diagnosis = self._diagnose(
-                exc, self.shell.user_ns, last_traceback=getattr(sys, "last_traceback", None)
+                exc, self._shell.user_ns, last_traceback=getattr(sys, "last_traceback", None)
             )
         except Exception as err:
             self._attach_failure(exc, err)
@@ -165,13 +178,13 @@ class DevcheckMagics(Magics):
         exc._render_traceback_ = lambda: list(stb)  # type: ignore[attr-defined]
 
     def _render(self, exc: BaseException, text: str, collapse: bool) -> list[str]:
-        tbf = self.shell.InteractiveTB
+        tbf = self._shell.InteractiveTB
         hidden = 0
         tb = exc.__traceback__
         if collapse:
             from torchdevmagic.diagnosis.culprits import default_user_frame
 
-            tb, hidden = collapsed_traceback(tb, default_user_frame(self.shell.user_ns))
+            tb, hidden = collapsed_traceback(tb, default_user_frame(self._shell.user_ns))
         try:
             stb = list(tbf.structured_traceback(type(exc), exc, tb, tb_offset=0))
         finally:
@@ -191,7 +204,7 @@ class DevcheckMagics(Magics):
         line = f"{NOTE_PREFIX} the device-error analysis failed ({type(err).__name__}: {err})"
         try:
             stb = list(
-                self.shell.InteractiveTB.structured_traceback(
+                self._shell.InteractiveTB.structured_traceback(
                     type(exc), exc, exc.__traceback__, tb_offset=0
                 )
             )
@@ -205,7 +218,7 @@ class DevcheckMagics(Magics):
         if value is None:
             print("No error to show.")
             return
-        tbf = self.shell.InteractiveTB
+        tbf = self._shell.InteractiveTB
         stb = tbf.structured_traceback(type(value), value, value.__traceback__)
         print(tbf.stb2text(stb))
 
@@ -229,13 +242,13 @@ class DevcheckMagics(Magics):
 
     def turn_on(self) -> None:
         self.auto = True
-        if self._installed is not None and self.shell.CustomTB is self._installed:
+        if self._installed is not None and self._shell.CustomTB is self._installed:
             return
-        old_types = tuple(self.shell.custom_exceptions or ())
-        self._previous = (old_types, self.shell.CustomTB)
-        self._installed = types.MethodType(self._custom_tb_unbound(), self.shell)
-        self.shell.CustomTB = self._installed
-        self.shell.custom_exceptions = (*old_types, Exception)
+        old_types = tuple(self._shell.custom_exceptions or ())
+        self._previous = (old_types, self._shell.CustomTB)
+        self._installed = types.MethodType(self._custom_tb_unbound(), self._shell)
+        self._shell.CustomTB = self._installed
+        self._shell.custom_exceptions = (*old_types, Exception)
 
     def _custom_tb_unbound(self) -> Callable[..., None]:
         magic = self
@@ -249,10 +262,10 @@ class DevcheckMagics(Magics):
 
     def turn_off(self) -> None:
         self.auto = False
-        if self._installed is not None and self.shell.CustomTB is self._installed:
+        if self._installed is not None and self._shell.CustomTB is self._installed:
             old_types, old_handler = self._previous or ((), None)
-            self.shell.CustomTB = old_handler
-            self.shell.custom_exceptions = old_types
+            self._shell.CustomTB = old_handler
+            self._shell.custom_exceptions = old_types
             self._installed = None
             self._previous = None
         # If another handler was chained on top of ours, ours stays but passes through.
