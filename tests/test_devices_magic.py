@@ -123,7 +123,7 @@ def test_html_and_plain_text_both_published(shell: Any) -> None:
 
 def test_terminal_shell_gets_rich_output(capsys: Any) -> None:
     from torchdevmagic.magics._show import show
-    from torchdevmagic.scan import scan
+    from torchdevmagic.scanner import scan
 
     class TerminalInteractiveShell:  # the name is what show() looks at
         pass

@@ -76,3 +76,22 @@ def test_extension_loads_from_ipython_configuration(tmp_path: Any) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "x     Tensor  cpu     float32  [3]" in out.stdout
+
+
+def test_public_names_survive_importing_every_submodule() -> None:
+    """A submodule named like a public function would replace it on the package once
+    imported (``torchdevmagic.scan`` the module instead of ``scan()`` the function)."""
+    code = textwrap.dedent(
+        """
+        import importlib, json, pkgutil
+        import torchdevmagic
+        for info in pkgutil.walk_packages(torchdevmagic.__path__, "torchdevmagic."):
+            importlib.import_module(info.name)
+        kinds = {n: type(getattr(torchdevmagic, n)).__name__ for n in torchdevmagic.__all__}
+        print(json.dumps(kinds))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    kinds = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "module" not in kinds.values(), kinds
+    assert kinds["scan"] == "function" and kinds["diagnose"] == "function"

@@ -569,7 +569,7 @@ def test_gpu_rows_show_named_vs_allocated_and_the_gap() -> None:
 
 
 def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
-    from torchdevmagic.scan import _Scanner, _Torch
+    from torchdevmagic.scanner import _Scanner, _Torch
 
     x = torch.zeros(1000)
     loss = (torch.ones(10, requires_grad=True) * 2).sum()

@@ -73,7 +73,7 @@ class DevicesMagics(Magics):
         assert shell is not None  # a registered Magics instance always has its shell
         if args.env:
             return self._env(args)
-        from torchdevmagic.scan import scan
+        from torchdevmagic.scanner import scan
 
         report = scan(
             shell.user_ns,
