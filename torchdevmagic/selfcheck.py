@@ -486,8 +486,8 @@ import torch
 before = torch.cuda.is_initialized()
 report = shell.run_line_magic("devices", "-o")
 env = shell.run_line_magic("devices", "--env -o")
-import torchdevmagic
-torchdevmagic.scan({"x": shell.user_ns["x"]})
+from torchdevmagic.scan import scan  # (the package attribute is shadowed by the submodule)
+scan({"x": shell.user_ns["x"]})
 after = torch.cuda.is_initialized()
 print(json.dumps({
     "ok": result.error_in_exec is None, "before": before, "after": after,
