@@ -13,7 +13,7 @@ def fresh_shell() -> Any:
     """
     from IPython.core.interactiveshell import InteractiveShell
 
-    shell = InteractiveShell.instance()
+    shell: Any = InteractiveShell.instance()
     shell.extension_manager.load_extension("torchdevmagic")  # no-op when already loaded
     shell.reset(new_session=False)
     return shell
