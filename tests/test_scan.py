@@ -98,7 +98,7 @@ def test_module_row_has_device_breakdown_with_grads() -> None:
     assert row.device == "cpu"
     params = (4 * 8 + 8 + 8 * 2 + 2) * 4
     assert row.nbytes == 2 * params  # weights and their grads
-    assert [(s.device, s.count, s.nbytes) for s in row.breakdown] == [("cpu", 8, 2 * params)]
+    assert [(s.device, s.tensors, s.nbytes) for s in row.breakdown] == [("cpu", 8, 2 * params)]
     assert row.note == "4 tensors"
 
 
@@ -110,7 +110,16 @@ def test_split_module_is_a_finding_naming_the_odd_parameters() -> None:
     (finding,) = [f for f in report.findings if f.code == "split_module"]
     assert "model[1].weight" in finding.message and "model[1].bias" in finding.message
     assert "meta ×2" in finding.message
-    assert finding.fix == "model.to('cpu')"
+    assert finding.fix is not None and finding.fix.startswith("model.to_empty(device='cpu')")
+    # Two real devices (a fake cuda:0 stands in for the GPU): move everything to the GPU.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model[0].weight = nn.Parameter(torch.empty(8, 4, device="cuda"))
+    (finding,) = [f for f in run_scan({"model": model}).findings if f.code == "split_module"]
+    assert finding.fix == "model.to('cuda:0')"
+    assert "model[0].bias" in finding.message and "model[1].weight" in finding.message
 
 
 def test_plain_tensor_attribute_is_named_with_register_buffer() -> None:

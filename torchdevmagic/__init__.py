@@ -25,6 +25,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "cuda_time": ("torchdevmagic.timing", "cuda_time"),
     "Timer": ("torchdevmagic.timing", "Timer"),
     "TimingResult": ("torchdevmagic.timing", "TimingResult"),
+    "diagnose": ("torchdevmagic.diagnosis", "diagnose"),
+    "Diagnosis": ("torchdevmagic.diagnosis", "Diagnosis"),
 }
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too

@@ -14,7 +14,7 @@ class DeviceShare(NamedTuple):
     """How many tensors of a module/optimizer live on one device, and their bytes."""
 
     device: str
-    count: int
+    tensors: int
     nbytes: int
 
 

@@ -63,7 +63,7 @@ def sort_rows(rows: list[Row], key: str) -> list[Row]:
 
 
 def breakdown_text(shares: Iterable[DeviceShare]) -> str:
-    return ", ".join(f"{s.device} ×{s.count} ({format_bytes(s.nbytes)})" for s in shares)
+    return ", ".join(f"{s.device} ×{s.tensors} ({format_bytes(s.nbytes)})" for s in shares)
 
 
 def _details(row: Row) -> str:
@@ -146,6 +146,7 @@ class DevicesReport(Displayable):
                     out[s.device] = out.get(s.device, 0) + s.nbytes
             else:
                 out[r.device] = out.get(r.device, 0) + r.nbytes
+        out.pop("none", None)  # an optimizer before its first step holds nothing
         return dict(sorted(out.items(), key=lambda kv: _device_order(kv[0])))
 
     def row(self, path: str) -> Row:
@@ -271,7 +272,10 @@ class DevicesReport(Displayable):
             shown, hidden_rows = self.shown_rows()
             table = Table(box=None, header_style="bold", pad_edge=False)
             for i, h in enumerate(_HEADERS):
-                table.add_column(h, justify="right" if i == 5 else "left", overflow="fold")
+                # Names and sizes stay whole (copyable); only the details column wraps.
+                table.add_column(
+                    h, justify="right" if i == 5 else "left", no_wrap=i < len(_HEADERS) - 1
+                )
             for r in shown:
                 table.add_row(*row_cells(r))
             items.append(table)

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
-from torchdevmagic._format import format_bytes
+from torchdevmagic._format import format_bytes, plural
 from torchdevmagic._torch import torch_if_imported
 from torchdevmagic.records import DeviceShare, Finding, Row, ScanStats
 
@@ -135,7 +135,7 @@ class _Torch:
             fakes = (fake_mod.FakeTensor,)
         uninit: tuple[type, ...] = ()
         with contextlib.suppress(Exception):
-            from torch.nn.parameter import UninitializedTensorMixin
+            from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
             uninit = (UninitializedTensorMixin,)
         return cls(
@@ -286,7 +286,7 @@ def _component_storage(t: Any, tt: _Torch) -> tuple[Optional[int], int]:
 # safe attribute access
 
 
-def instance_attributes(obj: Any) -> Optional[Mapping[str, Any]]:
+def instance_attributes(obj: Any) -> Optional[dict[str, Any]]:
     """The instance ``__dict__`` without calling a property that shadows ``__dict__``."""
     for klass in type(obj).__mro__:
         entry = _type_dict(klass).get("__dict__")
@@ -490,6 +490,7 @@ class _Scanner:
                 visit(value, f"{path}[{text}]" if text else f"{path}[<key {i}>]", depth)
 
     def walk_sequence(self, seq: Any, path: str, depth: int) -> None:
+        get: Callable[[Any, int], Any]
         if issubclass(type(seq), tuple):
             n, get = _tuple_len(seq), _tuple_get
         else:
@@ -641,23 +642,23 @@ class _Scanner:
     def _module_row(
         self, mod: Any, path: str, acc: _Accumulator, attrs: list[tuple[str, Any]]
     ) -> None:
-        device = acc.main_device()
         shares = acc.shares()
         main = _target_device(shares)
         if len(shares) > 1:
             odd = [p for p, d in acc.tensors if d != main and not p.endswith(".grad")]
-            odd_devices = ", ".join(f"{s.device} ×{s.count}" for s in shares if s.device != main)
+            odd_devices = ", ".join(f"{s.device} ×{s.tensors}" for s in shares if s.device != main)
             self.findings.append(
                 Finding(
                     "split_module",
                     path,
                     f"{path} is split across devices: {main}, but {odd_devices}: "
                     + _name_some(odd),
-                    fix=f"{path}.to({_quote_device(main)})",
+                    fix=_split_fix(path, main, {d for _, d in acc.tensors}),
                 )
             )
         for apath, value in attrs:
             self._plain_attribute(apath, value, main, acc)
+        device, shares = acc.main_device(), acc.shares()  # plain attributes are held too
         dtype = (
             next(iter(acc.dtypes)) if len(acc.dtypes) == 1 else ("mixed" if acc.dtypes else None)
         )
@@ -680,7 +681,7 @@ class _Scanner:
     ) -> None:
         facts = tensor_facts(value, self.tt)
         nbytes, _ = self._count(facts, apath)
-        acc.total += nbytes  # the module holds it, but it is not a parameter or buffer
+        acc.add(facts.device, nbytes, facts.dtype, apath)
         owner, _, name = apath.rpartition(".")
         fix = (
             f"{owner}.register_buffer({name!r}, {apath})" if owner and name.isidentifier() else None
@@ -742,18 +743,34 @@ class _Scanner:
                     "after moving the model",
                 )
             )
+        device = acc.main_device()
+        note = plural(len(acc.tensors), "state tensor")
+        if not acc.tensors:
+            device = self._param_device(ns.get("param_groups"))
+            note = "no state yet (before the first step)"
         self.rows.append(
             Row(
                 path=path,
                 kind="optimizer",
                 type_name=type(opt).__name__,
-                device=acc.main_device(),
+                device=device,
                 nbytes=acc.total,
                 breakdown=acc.shares(),
                 dtype=next(iter(acc.dtypes)) if len(acc.dtypes) == 1 else None,
-                note=f"{len(acc.tensors)} state tensors",
+                note=note,
             )
         )
+
+    def _param_device(self, groups: Any) -> str:
+        """The device of an optimizer's parameters, read from its param_groups lists."""
+        acc = _Accumulator()
+        if type(groups) is list:
+            for group in groups:
+                params = group.get("params") if type(group) is dict else None
+                for param in params if type(params) is list else ():
+                    if self.kind_of(type(param)) == "tensor":
+                        acc.add(_device_text(self.tt.get_device(param)), 0, "", "")
+        return acc.main_device()
 
     # -- who holds memory that no name accounts for --------------------------------------------
     def measure(self, entries: Iterable[tuple[str, Any]]) -> tuple[dict[str, int], list[str]]:
@@ -827,6 +844,16 @@ def _traceback_locals(tb: Any) -> list[tuple[str, Any]]:
         entries += [(f"<{code.co_name}>.{k}", v) for k, v in list(tb.tb_frame.f_locals.items())]
         tb = tb.tb_next
     return entries
+
+
+def _split_fix(path: str, target: Optional[str], devices: set[str]) -> str:
+    if "meta" in devices and target != "meta":
+        # Meta tensors hold no data: .to() raises "Cannot copy out of meta tensor".
+        return (
+            f"{path}.to_empty(device={_quote_device(target)}), then load or re-initialise "
+            "the weights (meta tensors have no data)"
+        )
+    return f"{path}.to({_quote_device(target)})"
 
 
 def _target_device(shares: tuple[DeviceShare, ...]) -> Optional[str]:

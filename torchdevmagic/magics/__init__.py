@@ -13,6 +13,7 @@ from typing import Any
 MAGIC_CLASSES: list[str] = [
     "torchdevmagic.magics.devices:DevicesMagics",
     "torchdevmagic.magics.cuda_time:CudaTimeMagics",
+    "torchdevmagic.magics.devcheck:DevcheckMagics",
 ]
 
 # shell -> list of (Magics instance) registered by us, so unload removes exactly those.

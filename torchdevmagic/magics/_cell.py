@@ -33,7 +33,7 @@ def _top_level_await(tree: ast.AST) -> bool:
         node = stack.pop()
         if isinstance(node, _ASYNC_NODES):
             return True
-        if isinstance(node, (ast.comprehension,)) and getattr(node, "is_async", 0):
+        if isinstance(node, (ast.comprehension,)) and getattr(node, "is_async", False):
             return True
         if not isinstance(node, _SCOPES):
             stack.extend(ast.iter_child_nodes(node))

@@ -70,6 +70,7 @@ class DevicesMagics(Magics):
         """
         args = parse_argstring(self.devices, line)
         shell = self.shell
+        assert shell is not None  # a registered Magics instance always has its shell
         if args.env:
             return self._env(args)
         from torchdevmagic.scan import scan

@@ -1,0 +1,392 @@
+"""%%devcheck end to end in a real InteractiveShell, on CPU: meta device and FakeTensor give
+PyTorch's real mismatch errors. Each scenario checks the named culprits, then applies the
+suggested fix and re-runs the cell."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SETUP = """
+import torch, torch.nn as nn
+DEVICE = torch.device("meta")
+model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(DEVICE)
+x = torch.randn(32, 4)
+"""
+
+
+def run(shell: Any, cell: str) -> Any:
+    return shell.run_cell(cell)
+
+
+def magic(body: str) -> str:
+    return "%%devcheck\n" + body
+
+
+def last_diagnosis(shell: Any) -> Any:
+    return shell.run_line_magic("devcheck", "-o")
+
+
+def apply_fix(shell: Any, cell: str, diagnosis: Any) -> str:
+    """Apply the fix as a user would: replace the named line of the cell, or run it first."""
+    assert diagnosis.fix
+    if diagnosis.fix_lineno is None:
+        assert run(shell, diagnosis.fix).error_in_exec is None
+        return cell
+    lines = cell.splitlines()
+    lines[diagnosis.fix_lineno - 1] = diagnosis.fix  # traceback lines count the magic line
+    return "\n".join(lines)
+
+
+def fails_then_fixed(shell: Any, cell: str, exc_type: type = RuntimeError) -> Any:
+    result = run(shell, cell)
+    assert isinstance(result.error_in_exec, exc_type)
+    d = last_diagnosis(shell)
+    assert d is not None
+    fixed = apply_fix(shell, cell, d)
+    again = run(shell, fixed)
+    assert again.error_in_exec is None, (d.fix, again.error_in_exec)
+    return d
+
+
+def culprit_names(d: Any) -> list[str]:
+    return [c.expression for c in d.culprits]
+
+
+def test_meta_model_cpu_data(shell: Any, capsys: Any) -> None:
+    run(shell, SETUP)
+    capsys.readouterr()
+    cell = magic("h = 1\ny = model(x)")
+    result = run(shell, cell)
+    err = result.error_in_exec
+    assert type(err) is RuntimeError
+    assert str(err) == "Tensor on device meta is not on the expected device cpu!"
+    out = capsys.readouterr().out
+    assert out.count("Device mismatch at cell line 3:  y = model(x)") == 1
+    assert "Fix:  x = x.to(DEVICE)" in out
+    assert "PyTorch-internal frames hidden" in out
+    d = last_diagnosis(shell)
+    assert d.kind == "device_mismatch"
+    assert culprit_names(d) == ["x"]
+    assert d.culprits[0].device == "cpu" and d.culprits[0].description == "Tensor[32, 4] float32"
+    assert [(c.expression, c.device) for c in d.context] == [("model", "meta")]
+    assert d.fix == "x = x.to(DEVICE)" and d.fix_lineno is None
+    assert run(shell, d.fix).error_in_exec is None
+    assert run(shell, cell).error_in_exec is None
+    assert shell.user_ns["y"].device.type == "meta"
+
+
+def test_stray_plain_tensor_attribute_in_forward(shell: Any) -> None:
+    run(shell, SETUP)
+    run(
+        shell,
+        """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.scale = torch.ones(2)   # plain attribute: .to() leaves it behind
+    def forward(self, inp):
+        return self.fc(inp) * self.scale
+net = Net().to(DEVICE)
+batch = torch.randn(3, 4, device=DEVICE)
+""",
+    )
+    d = fails_then_fixed(shell, magic("out = net(batch)"))
+    assert culprit_names(d) == ["net.scale"]
+    assert d.fix == "net.scale = net.scale.to(DEVICE)"
+    assert any("register_buffer('scale'" in n for n in d.notes)
+    assert d.location.startswith("forward() line ")
+    assert d.source == "return self.fc(inp) * self.scale"
+    assert {c.expression for c in d.context} >= {"net", "batch"}
+
+
+def test_lstm_with_cpu_hidden_state(shell: Any) -> None:
+    run(shell, SETUP)
+    run(
+        shell,
+        "lstm = nn.LSTM(4, 8).to(DEVICE)\n"
+        "seq = torch.randn(5, 3, 4, device=DEVICE)\n"
+        "h0 = torch.zeros(1, 3, 8)\nc0 = torch.zeros(1, 3, 8)",
+    )
+    d = fails_then_fixed(shell, magic("out, state = lstm(seq, (h0, c0))"))
+    assert d.message.startswith("Input and hidden tensors are not at the same device")
+    assert culprit_names(d) == ["h0", "c0"]
+    assert d.fix == "h0, c0 = h0.to(DEVICE), c0.to(DEVICE)"
+
+
+def test_index_tensor_created_without_device(shell: Any) -> None:
+    run(shell, SETUP)
+    run(shell, "acc = torch.zeros(5, 3, device=DEVICE)\nsrc = torch.ones(2, 3, device=DEVICE)")
+    cell = magic("idx = torch.tensor([0, 2])\nacc.index_add_(0, idx, src)")
+    d = fails_then_fixed(shell, cell)
+    assert d.rule == "index_add_copy_device"
+    assert culprit_names(d) == ["idx"]
+    assert d.fix == "idx = torch.tensor([0, 2], device=DEVICE)" and d.fix_lineno == 2
+
+
+def test_discarded_to_is_pointed_at(shell: Any) -> None:
+    run(shell, SETUP)
+    cell = magic("x.to(DEVICE)\ny = model(x)")
+    d = fails_then_fixed(shell, cell)
+    assert culprit_names(d) == ["x"]
+    assert d.fix == "x = x.to(DEVICE)" and d.fix_lineno == 2
+    assert any("throws the result away" in n for n in d.notes)
+
+
+def test_fake_cuda_weight_and_cpu_input(shell: Any) -> None:
+    """FakeTensor reports cuda:0 on a CPU build and raises the real dispatcher message."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    run(shell, "import torch\nDEVICE = torch.device('cuda')\nx = torch.randn(3, 4)")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        shell.user_ns["w"] = torch.empty(4, 2, device="cuda")
+    result = run(shell, magic("y = x @ w"))
+    assert str(result.error_in_exec).startswith(
+        "Expected all tensors to be on the same device, but found at least two devices"
+    )
+    d = last_diagnosis(shell)
+    assert culprit_names(d) == ["x"]
+    assert [(c.expression, c.device) for c in d.context] == [("w", "cuda:0")]
+    assert d.fix == "x = x.to(DEVICE)"  # cannot be run without a GPU: see the cuda test
+
+
+def test_dtype_mismatch_named_and_fixed(shell: Any) -> None:
+    run(shell, "import torch, torch.nn as nn\nlin = nn.Linear(3, 3)\nx = torch.randn(2, 3).half()")
+    d = fails_then_fixed(shell, magic("y = lin(x)"))
+    assert d.kind == "dtype_mismatch"
+    assert culprit_names(d) == ["x"] and d.fix == "x = x.to(torch.float32)"
+
+
+def test_no_cuda_line_rewritten(shell: Any) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("needs a build or machine without CUDA")
+    run(shell, "import torch")
+    d = fails_then_fixed(shell, magic("t = torch.randn(3).cuda()"), AssertionError)
+    assert d.kind == "no_cuda"
+    assert d.fix == "t = torch.randn(3).to('cuda' if torch.cuda.is_available() else 'cpu')"
+
+
+def test_no_cuda_user_device_variable_redefined(shell: Any) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("needs a build or machine without CUDA")
+    run(shell, "import torch\nDEVICE = 'cuda'")
+    d = fails_then_fixed(shell, magic("t = torch.zeros(2, device=DEVICE)"), AssertionError)
+    assert d.fix == 'DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+
+
+def test_success_is_silent_and_keeps_values(shell: Any, capsys: Any) -> None:
+    result = run(shell, magic("a = 40\na + 2"))
+    assert result.error_in_exec is None and result.result == 42
+    assert shell.user_ns["a"] == 40
+    assert "devcheck" not in capsys.readouterr().out
+
+
+def test_exception_notes_and_same_object(shell: Any) -> None:
+    run(shell, SETUP)
+    result = run(shell, magic("y = model(x)"))
+    err = result.error_in_exec
+    assert err is sys.last_value
+    if sys.version_info >= (3, 11):
+        assert any(n.startswith("Device mismatch at cell line 2") for n in err.__notes__)
+
+
+def test_unrecognised_errors_are_untouched(shell: Any, capsys: Any) -> None:
+    result = run(shell, magic("1 / 0"))
+    assert type(result.error_in_exec) is ZeroDivisionError
+    assert not hasattr(result.error_in_exec, "_render_traceback_")
+    assert getattr(result.error_in_exec, "__notes__", []) == []
+    assert "ZeroDivisionError" in capsys.readouterr().out
+
+
+def test_analysis_failure_shows_original_traceback_and_one_line(shell: Any, capsys: Any) -> None:
+    from torchdevmagic.magics.devcheck import DevcheckMagics
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("injected")
+
+    shell.register_magics(DevcheckMagics(shell, diagnose=broken))
+    run(shell, SETUP)
+    capsys.readouterr()
+    result = run(shell, magic("y = model(x)"))
+    assert str(result.error_in_exec) == "Tensor on device meta is not on the expected device cpu!"
+    out = capsys.readouterr().out
+    assert "torchdevmagic: the device-error analysis failed (ValueError: injected)" in out
+    assert "check_same_device" in out  # the original, uncollapsed traceback
+    assert "Fix:" not in out
+
+
+def test_full_traceback_reachable(shell: Any, capsys: Any) -> None:
+    run(shell, SETUP)
+    run(shell, magic("y = model(x)"))
+    collapsed = capsys.readouterr().out
+    shell.run_line_magic("devcheck", "tb")
+    full = capsys.readouterr().out
+    assert "_call_impl" in full and "_call_impl" not in collapsed
+    run(shell, magic("--full\ny = model(x)").replace("%%devcheck\n--full", "%%devcheck --full"))
+    assert "_call_impl" in capsys.readouterr().out
+
+
+def test_on_off_chains_custom_handler_and_unload_restores(shell: Any, capsys: Any) -> None:
+    seen: list[str] = []
+
+    def handler(
+        self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
+    ) -> None:
+        seen.append(etype.__name__)
+
+    shell.set_custom_exc((ZeroDivisionError,), handler)
+    before = (shell.CustomTB, shell.custom_exceptions)
+    run(shell, SETUP)
+    shell.run_line_magic("devcheck", "on")
+    run(shell, "1 / 0")
+    assert seen == ["ZeroDivisionError"]
+    capsys.readouterr()
+    result = run(shell, "y = model(x)")
+    assert type(result.error_in_exec) is RuntimeError
+    assert "Fix:  x = x.to(DEVICE)" in capsys.readouterr().out
+    shell.run_line_magic("devcheck", "off")
+    assert (shell.CustomTB, shell.custom_exceptions) == before
+    run(shell, "y = model(x)")
+    assert "Fix:" not in capsys.readouterr().out
+    shell.run_line_magic("devcheck", "on")
+    shell.extension_manager.unload_extension("torchdevmagic")
+    assert (shell.CustomTB, shell.custom_exceptions) == before
+    shell.set_custom_exc((), None)
+    shell.extension_manager.load_extension("torchdevmagic")
+
+
+def test_bad_option_is_usage_error(shell: Any) -> None:
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError):
+        shell.run_line_magic("devcheck", "sideways")
+
+
+def test_numpy_of_fake_cuda_tensor(shell: Any) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        shell.user_ns["preds"] = torch.empty(8, device="cuda")
+    run(
+        shell,
+        "def to_numpy(t):\n    raise TypeError(\"can't convert cuda:0 device type tensor to "
+        'numpy. Use Tensor.cpu() to copy the tensor to host memory first.")',
+    )
+    run(shell, magic("arr = to_numpy(preds)"))
+    d = last_diagnosis(shell)
+    assert d.kind == "numpy_device" and culprit_names(d) == ["preds"]
+    assert d.fix == "arr = to_numpy(preds.detach().cpu())"
+
+
+def test_oom_names_biggest_variables_and_shape_bug(shell: Any) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        shell.user_ns["acts"] = torch.empty(1024, 1024, 256, device="cuda")  # 1 GiB, fake
+        shell.user_ns["w"] = torch.empty(1024, 1024, device="cuda")
+    shell.user_ns["cpu_big"] = torch.empty(0)
+    msg = (
+        "CUDA out of memory. Tried to allocate 100.00 GiB. GPU 0 has a total capacity of 79.18 "
+        "GiB of which 23.04 GiB is free. Including non-PyTorch memory, this process has 52.02 "
+        "GiB memory in use. Of the allocated memory 45.89 GiB is allocated by PyTorch, and 3.01 "
+        "GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
+        "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
+        "See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/"
+        "cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)"
+    )
+    shell.user_ns["msg"] = msg
+    run(shell, "import torch\ndef outer(a):\n    raise torch.OutOfMemoryError(msg)")
+    result = run(shell, magic("z = outer(acts)"))
+    assert type(result.error_in_exec).__name__ == "OutOfMemoryError"
+    d = last_diagnosis(shell)
+    assert d.kind == "out_of_memory"
+    assert culprit_names(d) == ["acts", "w"]
+    assert "larger than the whole device" in d.notes[0]
+
+
+def test_deserialize_without_map_location(shell: Any, tmp_path: Any) -> None:
+    """A checkpoint tagged as saved on cuda:0 (via torch's own tagger hook) on a CPU machine."""
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    import torch.serialization as ser
+
+    active = {"on": True}
+    ser.register_package(0, lambda obj: "cuda:0" if active["on"] else None, lambda o, loc: None)
+    path = tmp_path / "ckpt.pt"
+    try:
+        torch.save({"w": torch.ones(2)}, path)
+    finally:
+        active["on"] = False
+    run(shell, f"import torch\npath = {str(path)!r}")
+    d = fails_then_fixed(shell, magic("state = torch.load(path)"))
+    assert d.kind == "deserialize_device"
+    assert d.fix == "state = torch.load(path, map_location='cpu')"
+
+
+def test_diagnose_keeps_no_reference_to_tensors_or_frames() -> None:
+    import torchdevmagic
+
+    def fail() -> tuple[Any, Any]:
+        model = torch.nn.Linear(4, 2).to("meta")
+        data = torch.randn(3, 4)
+        ref = weakref.ref(data)
+        try:
+            model(data)
+        except RuntimeError as exc:
+            return torchdevmagic.diagnose(exc), ref
+        raise AssertionError("no error")
+
+    d, ref = fail()
+    gc.collect()
+    assert d is not None and d.kind == "device_mismatch"
+    assert ref() is None
+
+
+def test_inspection_runs_no_user_code(shell: Any) -> None:
+    run(shell, SETUP)
+    run(
+        shell,
+        """
+class Spy:
+    calls = []
+    @property
+    def data(self):
+        Spy.calls.append("property")
+        return x
+    def __getattr__(self, name):
+        Spy.calls.append("getattr " + name)
+        return x
+    def __repr__(self):
+        Spy.calls.append("repr")
+        return "Spy"
+spy = Spy()
+""",
+    )
+    run(shell, magic("y = model(spy.data) + spy.other"))
+    assert shell.user_ns["Spy"].calls == ["property"]  # the cell's own call, nothing more
+
+
+@pytest.mark.cuda
+def test_real_gpu_model_cpu_input(shell: Any) -> None:
+    run(
+        shell,
+        "import torch, torch.nn as nn\nDEVICE = torch.device('cuda')\n"
+        "model = nn.Linear(4, 2).to(DEVICE)\nx = torch.randn(3, 4)",
+    )
+    d = fails_then_fixed(shell, magic("y = model(x)"))
+    assert culprit_names(d) == ["x"] and d.fix == "x = x.to(DEVICE)"
+
+
+def test_public_api_names_the_function_not_the_package() -> None:
+    import torchdevmagic
+    import torchdevmagic.diagnosis
+
+    assert callable(torchdevmagic.diagnose)
+    assert torchdevmagic.Diagnosis.__name__ == "Diagnosis"

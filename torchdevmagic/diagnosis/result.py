@@ -1,0 +1,107 @@
+"""The Diagnosis record: plain strings and numbers, renderable as text and HTML."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from torchdevmagic._display import (
+    ERROR_COLOR,
+    OK_COLOR,
+    Displayable,
+    html_block,
+    html_lines,
+    html_table,
+    text_table,
+)
+
+TITLES = {
+    "device_mismatch": "Device mismatch",
+    "dtype_mismatch": "dtype mismatch",
+    "numpy_device": "Tensor not on the CPU for .numpy()",
+    "numpy_requires_grad": "Tensor requires grad for .numpy()",
+    "deserialize_device": "Checkpoint saved on an absent device",
+    "no_cuda": "No CUDA here",
+    "out_of_memory": "Out of memory",
+    "device_side_assert": "Device-side assert",
+}
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """One value the user wrote, as they wrote it."""
+
+    expression: str  # x, model, batch["ids"], model.scale
+    device: str  # "cpu", "cuda:0", "mixed: 4 cuda:0, 2 cpu"
+    description: str  # "Tensor[32, 784] float32", "Sequential (all 6 parameters)"
+
+
+@dataclass(frozen=True)
+class Diagnosis(Displayable):
+    """What went wrong, in the user's own names, and the line that fixes it."""
+
+    kind: str  # "device_mismatch", "dtype_mismatch", "out_of_memory", ...
+    summary: str  # one line
+    culprits: tuple[Culprit, ...]
+    fix: Optional[str]  # one line of Python, or None
+    message: str = ""  # PyTorch's message, wrappers stripped
+    rule: str = ""  # the rule that recognised it
+    lineno: Optional[int] = None  # of the failing line, in its cell/file
+    source: Optional[str] = None  # the failing line, stripped
+    location: str = ""  # "cell line 3", "forward() line 7 (model.py)"
+    fix_lineno: Optional[int] = None  # the fix replaces this line (same cell/file); else run it
+    context: tuple[Culprit, ...] = ()  # the values that are where they should be
+    notes: tuple[str, ...] = ()
+
+    @property
+    def title(self) -> str:
+        return TITLES.get(self.kind, self.kind)
+
+    def header(self) -> str:
+        where = f" at {self.location}" if self.location else ""
+        src = f":  {self.source}" if self.source else ""
+        return f"{self.title}{where}{src}"
+
+    def _rows(self) -> list[tuple[str, str, str, str]]:
+        rows = [(c.expression, c.description, c.device, "<- odd one out") for c in self.culprits]
+        rows += [(c.expression, c.description, c.device, "") for c in self.context]
+        return rows
+
+    def fix_text(self) -> Optional[str]:
+        if self.fix is None:
+            return None
+        if self.fix_lineno is not None:
+            return f"Fix:  {self.fix}    (replaces line {self.fix_lineno})"
+        return f"Fix:  {self.fix}"
+
+    def to_text(self) -> str:
+        lines = [self.header(), f"  {self.summary}"]
+        rows = self._rows()
+        if rows:
+            table = text_table(("", "", "", ""), rows).splitlines()[1:]
+            lines += ["  " + r for r in table]
+        lines += [f"  {n}" for n in self.notes]
+        fix = self.fix_text()
+        if fix:
+            lines.append(fix)
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        parts = [html_lines([(self.header(), ERROR_COLOR), (self.summary, None)])]
+        rows = self._rows()
+        if rows:
+            parts.append(html_table(("expression", "what", "device", ""), rows))
+        parts.append(html_lines([(n, None) for n in self.notes]))
+        fix = self.fix_text()
+        if fix:
+            parts.append(html_lines([(fix, OK_COLOR)]))
+        return html_block(*parts)
+
+
+def location_text(filename: str, lineno: int, function: str, is_cell: bool) -> str:
+    if is_cell:
+        return f"cell line {lineno}"
+    base = os.path.basename(filename) if not filename.startswith("<") else filename
+    name = "module level" if function == "<module>" else f"{function}()"
+    return f"{name} line {lineno} ({base})"

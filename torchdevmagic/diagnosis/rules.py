@@ -1,0 +1,672 @@
+"""One small named rule per PyTorch error-message shape.
+
+Each rule is a regex over PyTorch's exact text and returns a :class:`Match` (what kind of
+failure, which devices, dtypes and ATen argument the message names) or ``None``. Rules never
+look at user values: that is the culprit finder's job. Register a rule with ``@rule``; the
+first rule that matches wins, so the more specific shapes come first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+DEVICE_MISMATCH = "device_mismatch"
+DTYPE_MISMATCH = "dtype_mismatch"
+NUMPY_DEVICE = "numpy_device"
+NUMPY_GRAD = "numpy_requires_grad"
+DESERIALIZE = "deserialize_device"
+NO_CUDA = "no_cuda"
+OUT_OF_MEMORY = "out_of_memory"
+DEVICE_ASSERT = "device_side_assert"
+
+
+@dataclass(frozen=True)
+class Match:
+    """What one message says, in normalised words (devices like ``cuda:0``, dtypes like
+    ``float16``)."""
+
+    kind: str
+    rule: str
+    devices: tuple[str, ...] = ()  # every device the message names, in message order
+    expected: Optional[str] = None  # device/dtype the others are on (what the op expected)
+    odd: Optional[str] = None  # device/dtype of the argument the message names
+    argument: Optional[str] = None  # ATen argument name: mat1, index, weight, hidden, ...
+    method: Optional[str] = None  # ATen kernel / op name
+    dtypes: tuple[str, ...] = ()
+    details: dict[str, str] = field(default_factory=dict)
+
+
+Rule = Callable[[str], Optional[Match]]
+RULES: list[Rule] = []
+
+
+def rule(fn: Rule) -> Rule:
+    RULES.append(fn)
+    return fn
+
+
+# ---------------------------------------------------------------------------- helpers
+
+_WRAPPER = re.compile(
+    r"Caught \w+ in (?:replica \d+ on device \d+|DataLoader worker process \d+)\.\n"
+    r"Original Traceback \(most recent call last\):\n"
+)
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)?: ", re.M)
+
+
+def strip_wrappers(text: str) -> str:
+    """DataParallel replicas and DataLoader workers re-raise with the worker's whole traceback
+    as the message; the real message is the last unindented ``Type: message`` block."""
+    while True:
+        m = _WRAPPER.search(text)
+        if m is None:
+            return text
+        rest = text[m.end() :]
+        lines = list(_EXC_LINE.finditer(rest))
+        if not lines:
+            return text
+        text = rest[lines[-1].end() :]
+
+
+def norm_device(text: str) -> str:
+    """``'CUDA' -> 'cuda'``, ``'GPU' -> 'cuda'``, ``'mps:0' -> 'mps:0'``."""
+    t = text.strip().strip("'\"").lower()
+    return {"gpu": "cuda"}.get(t, t)
+
+
+_SCALAR_TYPES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+    "char": "int8",
+    "byte": "uint8",
+    "bool": "bool",
+    "complexfloat": "complex64",
+    "complexdouble": "complex128",
+}
+
+
+def norm_dtype(text: str) -> str:
+    """``Half``, ``c10::Half``, ``struct c10::Half``, ``torch.float16``, ``HalfTensor`` ->
+    ``float16``."""
+    t = text.strip().strip("'\"")
+    t = t.replace("struct ", "").replace("c10::", "").replace("torch.", "")
+    t = t.replace("cuda.", "")
+    if t.endswith("Tensor"):
+        t = t[: -len("Tensor")]
+    if t.startswith("CPU") and t.endswith("Type"):  # CPUBFloat16Type
+        t = t[3:-4]
+    low = t.lower()
+    return _SCALAR_TYPES.get(low, low)
+
+
+def legacy_type_device(type_name: str) -> str:
+    """``torch.cuda.FloatTensor -> cuda``; ``torch.FloatTensor``/``float`` -> ``cpu``."""
+    return "cuda" if ".cuda." in type_name else "cpu"
+
+
+_SIZE = re.compile(r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB|PiB|EiB|KB|MB|GB|TB|EB)\b")
+_UNIT = {"B": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+
+
+def parse_size(text: str) -> Optional[int]:
+    """``'20.00 MiB' -> 20971520``; ``'1EB'`` -> 2**60. PyTorch uses binary units even where
+    it writes ``MB`` (MPS)."""
+    m = _SIZE.search(text)
+    if m is None:
+        return None
+    return int(float(m.group(1)) * 1024 ** _UNIT[m.group(2)[0]])
+
+
+def _m(kind: str, name: str, **kw: object) -> Match:
+    return Match(kind=kind, rule=name, **kw)  # type: ignore[arg-type]
+
+
+def _devices(*items: Optional[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for item in items:
+        if item and item not in out:
+            out.append(item)
+    return tuple(out)
+
+
+def _regex_rule(pattern: str, flags: int = 0) -> Callable[[Callable[..., Match]], Rule]:
+    """Decorator: the function receives the regex match and builds the Match."""
+    compiled = re.compile(pattern, flags)
+
+    def wrap(build: Callable[..., Match]) -> Rule:
+        def run(text: str) -> Optional[Match]:
+            m = compiled.search(text)
+            return build(m) if m else None
+
+        run.__name__ = build.__name__
+        run.__doc__ = build.__doc__
+        run.pattern = compiled  # type: ignore[attr-defined]
+        return rule(run)
+
+    return wrap
+
+
+# ------------------------------------------------------------------- device mismatches
+
+
+@_regex_rule(
+    r"Expected all tensors to be on the same device, but found at least two devices, "
+    r"(\S+?) and (\S+?)!(?: \(when checking (?:argument|arugment) for argument (\w+) "
+    r"in method (\w+)\))?"
+)
+def same_device_found_two(m: re.Match[str]) -> Match:
+    """1.6+ TensorIterator (no tail), 1.9–2.7 dispatcher (with the argument)."""
+    a, b = norm_device(m.group(1)), norm_device(m.group(2))
+    return _m(
+        DEVICE_MISMATCH,
+        "same_device_found_two",
+        devices=_devices(a, b),
+        expected=a,
+        odd=b,
+        argument=m.group(3),
+        method=m.group(4),
+    )
+
+
+@_regex_rule(
+    r"Expected all tensors to be on the same device, but got (\w+) is on (\S+), "
+    r"different from other tensors on (\S+) \(when checking argument in method (\w+)\)"
+)
+def same_device_got_is_on(m: re.Match[str]) -> Match:
+    """2.8+ dispatcher wording."""
+    arg, odd, common = m.group(1), norm_device(m.group(2)), norm_device(m.group(3))
+    return _m(
+        DEVICE_MISMATCH,
+        "same_device_got_is_on",
+        devices=_devices(common, odd),
+        expected=common,
+        odd=odd,
+        argument=arg,
+        method=m.group(4),
+    )
+
+
+@_regex_rule(
+    r"(\w+): expected '(\w+)' to be (CUDA|CPU|a CPU tensor), but got (CPU|CUDA|tensor on \S+)"
+)
+def per_op_expected(m: re.Match[str]) -> Match:
+    """Sparse/BLAS per-op checks: ``addmm: expected 'mat2' to be CUDA, but got CPU``."""
+    expected = "cpu" if "CPU" in m.group(3) else "cuda"
+    got = m.group(4)
+    odd = norm_device(got[len("tensor on ") :]) if got.startswith("tensor on") else norm_device(got)
+    return _m(
+        DEVICE_MISMATCH,
+        "per_op_expected",
+        devices=_devices(expected, odd),
+        expected=expected,
+        odd=odd,
+        argument=m.group(2),
+        method=m.group(1),
+    )
+
+
+@_regex_rule(r"[Ee]xpected all tensors to be on the same device\. Found: ([^\n]+)")
+def same_device_found_list(m: re.Match[str]) -> Match:
+    """CUDA BLAS (dot/addmv): ``... Found: cuda:0, cuda:0, cpu and cuda:0``."""
+    items = [norm_device(d) for d in re.split(r",\s*|\s+and\s+", m.group(1).strip()) if d]
+    counts = {d: items.count(d) for d in items}
+    common = max(counts, key=lambda d: counts[d])
+    odd = next((d for d in items if d != common), None)
+    return _m(
+        DEVICE_MISMATCH,
+        "same_device_found_list",
+        devices=_devices(*items),
+        expected=common,
+        odd=odd,
+    )
+
+
+@_regex_rule(r"Tensor on device (\S+) is not on the expected device (\S+?)!")
+def not_on_expected_device(m: re.Match[str]) -> Match:
+    """Meta/prims check (1.13+): the device the op expected is the first tensor's."""
+    odd, expected = norm_device(m.group(1)), norm_device(m.group(2))
+    return _m(
+        DEVICE_MISMATCH,
+        "not_on_expected_device",
+        devices=_devices(expected, odd),
+        expected=expected,
+        odd=odd,
+    )
+
+
+@_regex_rule(
+    r"(\w+)\(\): self, index and source expected to be in the same device, but got "
+    r"\(self\) (\S+), \(index\) (\S+), and \(source\) (\S+)"
+)
+def index_add_copy_device(m: re.Match[str]) -> Match:
+    """index_add/index_copy name all three devices."""
+    self_dev, index_dev, src_dev = (norm_device(m.group(i)) for i in (2, 3, 4))
+    names = {"self": self_dev, "index": index_dev, "source": src_dev}
+    odd_arg = next((k for k, v in names.items() if list(names.values()).count(v) == 1), None)
+    odd = names[odd_arg] if odd_arg else None
+    common = next((v for v in names.values() if v != odd), self_dev)
+    return _m(
+        DEVICE_MISMATCH,
+        "index_add_copy_device",
+        devices=_devices(self_dev, index_dev, src_dev),
+        expected=common,
+        odd=odd,
+        argument=odd_arg,
+        method=m.group(1),
+    )
+
+
+@_regex_rule(r"Input type \(([^)]+)\) and (weight|bias) type \(([^)]+)\) should be the same")
+def conv_input_weight_type(m: re.Match[str]) -> Match:
+    """Convolution: a device mismatch when only one type says ``.cuda.``, else dtypes."""
+    in_type, which, w_type = m.group(1), m.group(2), m.group(3)
+    in_dev, w_dev = legacy_type_device(in_type), legacy_type_device(w_type)
+    if in_dev != w_dev:
+        return _m(
+            DEVICE_MISMATCH,
+            "conv_input_weight_type",
+            devices=(in_dev, w_dev),
+            expected=w_dev,
+            odd=in_dev,
+            argument="input",
+            method="convolution",
+            details={"other": which},
+        )
+    in_dt, w_dt = norm_dtype(in_type), norm_dtype(w_type)
+    return _m(
+        DTYPE_MISMATCH,
+        "conv_input_weight_type",
+        dtypes=_devices(in_dt, w_dt),
+        expected=w_dt,
+        odd=in_dt,
+        argument="input",
+        method="convolution",
+    )
+
+
+@_regex_rule(
+    r"Expected object of (?:device type|backend) (\w+) but got (?:device type|backend) (\w+) "
+    r"for (?:argument #\d+ '(\w+)'|sequence element \d+ in sequence argument at position "
+    r"#\d+ '(\w+)')"
+)
+def legacy_device_type(m: re.Match[str]) -> Match:
+    """1.0–1.9 TH checks: ``Expected object of device type cuda but got device type cpu``."""
+    expected, odd = norm_device(m.group(1)), norm_device(m.group(2))
+    return _m(
+        DEVICE_MISMATCH,
+        "legacy_device_type",
+        devices=_devices(expected, odd),
+        expected=expected,
+        odd=odd,
+        argument=m.group(3) or m.group(4),
+    )
+
+
+@_regex_rule(r"Expected object of type (\S+) but found type (\S+) for argument #\d+ '(\w+)'")
+def legacy_object_type(m: re.Match[str]) -> Match:
+    """0.4: ``Expected object of type torch.FloatTensor but found type torch.cuda...``."""
+    exp_t, got_t = m.group(1), m.group(2)
+    exp_d, got_d = legacy_type_device(exp_t), legacy_type_device(got_t)
+    if exp_d != got_d:
+        return _m(
+            DEVICE_MISMATCH,
+            "legacy_object_type",
+            devices=(exp_d, got_d),
+            expected=exp_d,
+            odd=got_d,
+            argument=m.group(3),
+        )
+    inner = re.compile(r"Variable\[(.*)\]")
+    exp_dt = norm_dtype(inner.sub(r"\1", exp_t))
+    got_dt = norm_dtype(inner.sub(r"\1", got_t))
+    return _m(
+        DTYPE_MISMATCH,
+        "legacy_object_type",
+        dtypes=(exp_dt, got_dt),
+        expected=exp_dt,
+        odd=got_dt,
+        argument=m.group(3),
+    )
+
+
+@_regex_rule(r"Tensor for argument #\d+ '(\w+)' is on CPU, but expected (?:it|them) to be on GPU")
+def check_same_gpu_cpu(m: re.Match[str]) -> Match:
+    """1.x: ``Tensor for argument #2 'mat1' is on CPU, but expected it to be on GPU``."""
+    return _m(
+        DEVICE_MISMATCH,
+        "check_same_gpu_cpu",
+        devices=("cuda", "cpu"),
+        expected="cuda",
+        odd="cpu",
+        argument=m.group(1),
+    )
+
+
+@_regex_rule(
+    r"Expected tensor for argument #\d+ '(\w+)' to have the same device as tensor for "
+    r"argument #\d+ '(\w+)'; but device (\d+) does not equal (\d+)"
+)
+def check_same_gpu_index(m: re.Match[str]) -> Match:
+    """Two GPUs: ``... but device 0 does not equal 1``."""
+    a, b = f"cuda:{m.group(3)}", f"cuda:{m.group(4)}"
+    return _m(
+        DEVICE_MISMATCH,
+        "check_same_gpu_index",
+        devices=(a, b),
+        expected=b,
+        odd=a,
+        argument=m.group(1),
+        details={"other_argument": m.group(2)},
+    )
+
+
+@_regex_rule(
+    r"Input and (hidden|parameter) tensors are not at the same device, found input tensor "
+    r"at (\S+) and \w+ tensor at (\S+)"
+)
+def rnn_device(m: re.Match[str]) -> Match:
+    """RNN/LSTM/GRU: the hidden state (or the module) is not where the input is."""
+    inp, other = norm_device(m.group(2)), norm_device(m.group(3))
+    return _m(
+        DEVICE_MISMATCH,
+        "rnn_device",
+        devices=(inp, other),
+        expected=inp,
+        odd=other,
+        argument=m.group(1),
+    )
+
+
+@_regex_rule(
+    r"indices should be either on (\w+) or on the same device as the indexed tensor \((\S+)\)"
+)
+def indices_device(m: re.Match[str]) -> Match:
+    """Advanced indexing with an index on another accelerator."""
+    indexed = norm_device(m.group(2))
+    return _m(
+        DEVICE_MISMATCH,
+        "indices_device",
+        devices=(indexed,),
+        expected=indexed,
+        argument="indices",
+        details={"also_allowed": norm_device(m.group(1))},
+    )
+
+
+@_regex_rule(
+    r"module must have its parameters and buffers on device (\S+) \(device_ids\[0\]\) but "
+    r"found one of them on device: (\S+)"
+)
+def dataparallel_module_device(m: re.Match[str]) -> Match:
+    """DataParallel: the wrapped module is not (wholly) on device_ids[0]."""
+    src, found = norm_device(m.group(1)), norm_device(m.group(2))
+    return _m(
+        DEVICE_MISMATCH,
+        "dataparallel_module_device",
+        devices=(src, found),
+        expected=src,
+        odd=found,
+        argument="module",
+    )
+
+
+@_regex_rule(r"Placeholder storage has not been allocated on MPS device!")
+def mps_placeholder(m: re.Match[str]) -> Match:
+    """MPS names no tensor: one input of an MPS kernel is still on the CPU."""
+    return _m(DEVICE_MISMATCH, "mps_placeholder", devices=("mps", "cpu"), expected="mps", odd="cpu")
+
+
+@_regex_rule(r"Tensor for argument (\w+) is on (\S+) but expected on (mps|\w+)")
+def mps_argument(m: re.Match[str]) -> Match:
+    """2.4+ MPS linear: ``Tensor for argument input is on cpu but expected on mps``."""
+    odd, expected = norm_device(m.group(2)), norm_device(m.group(3))
+    return _m(
+        DEVICE_MISMATCH,
+        "mps_argument",
+        devices=(expected, odd),
+        expected=expected,
+        odd=odd,
+        argument=m.group(1),
+    )
+
+
+@_regex_rule(
+    r"(?:torch\.cat\(\): all|All) input tensors must be on the same device\. "
+    r"Received (\S+) and (\S+)"
+)
+def cat_same_device(m: re.Match[str]) -> Match:
+    """torch.cat on some backends: ``Received cuda:0 and cpu``."""
+    a, b = norm_device(m.group(1)), norm_device(m.group(2))
+    return _m(
+        DEVICE_MISMATCH, "cat_same_device", devices=(b, a), expected=b, odd=a, argument="tensors"
+    )
+
+
+@_regex_rule(
+    r"Expected query, key, and value to have the same device type, but got query\.device: (\S+) "
+    r"key\.device: (\S+) and value\.device: (\S+) instead"
+)
+def sdpa_device(m: re.Match[str]) -> Match:
+    q, k, v = (norm_device(m.group(i)) for i in (1, 2, 3))
+    return _m(DEVICE_MISMATCH, "sdpa_device", devices=_devices(q, k, v), expected=q)
+
+
+@_regex_rule(
+    r"Expected b and A to be on the same device, but found b on (\S+) and A on (\S+) instead"
+)
+def linalg_solve_device(m: re.Match[str]) -> Match:
+    b, a = norm_device(m.group(1)), norm_device(m.group(2))
+    return _m(
+        DEVICE_MISMATCH, "linalg_solve_device", devices=(a, b), expected=a, odd=b, argument="b"
+    )
+
+
+@_regex_rule(
+    r"Expected condition, x and y to be on the same device, but condition is on (\S+) and x and "
+    r"y are on (\S+) and (\S+) respectively"
+)
+def where_device(m: re.Match[str]) -> Match:
+    c, x, y = (norm_device(m.group(i)) for i in (1, 2, 3))
+    return _m(
+        DEVICE_MISMATCH,
+        "where_device",
+        devices=_devices(x, y, c),
+        expected=x,
+        odd=c if c != x else y,
+        argument="condition" if c != x else "y",
+    )
+
+
+@_regex_rule(r"Expected a '(\w+)' device type for generator but found '(\w+)'")
+def generator_device(m: re.Match[str]) -> Match:
+    exp, got = norm_device(m.group(1)), norm_device(m.group(2))
+    return _m(
+        DEVICE_MISMATCH,
+        "generator_device",
+        devices=(exp, got),
+        expected=exp,
+        odd=got,
+        argument="generator",
+    )
+
+
+@_regex_rule(r"found two different devices (\S+?), (\S+?)(?:\s|$)")
+def fake_tensor_propagation(m: re.Match[str]) -> Match:
+    """torch.compile before 2.13: ``Unhandled FakeTensor Device Propagation ...``."""
+    a, b = norm_device(m.group(1)), norm_device(m.group(2))
+    return _m(DEVICE_MISMATCH, "fake_tensor_propagation", devices=(a, b), expected=a, odd=b)
+
+
+# ----------------------------------------------------------------------- companions
+
+
+@_regex_rule(r"can't convert (?:(\S+) device type|CUDA) tensor to numpy")
+def numpy_device(m: re.Match[str]) -> Match:
+    dev = norm_device(m.group(1) or "cuda")
+    return _m(NUMPY_DEVICE, "numpy_device", devices=(dev,), odd=dev, expected="cpu")
+
+
+@_regex_rule(r"Can't call numpy\(\) on (?:Tensor|Variable) that requires grad")
+def numpy_requires_grad(m: re.Match[str]) -> Match:
+    return _m(NUMPY_GRAD, "numpy_requires_grad")
+
+
+@_regex_rule(
+    r"Attempting to deserialize object on (?:a (\w+) device but torch\.\w+\.is_available\(\) is "
+    r"False|(\w+) device (\d+) but torch\.\w+\.device_count\(\) is (\d+))"
+)
+def deserialize_device(m: re.Match[str]) -> Match:
+    backend = norm_device(m.group(1) or m.group(2))
+    details = {}
+    if m.group(3) is not None:
+        details = {"device_index": m.group(3), "device_count": m.group(4)}
+    return _m(DESERIALIZE, "deserialize_device", devices=(backend,), odd=backend, details=details)
+
+
+@_regex_rule(r"The (\w+) device module is not registered\. If you are running on a CPU-only")
+def deserialize_backend_missing(m: re.Match[str]) -> Match:
+    backend = norm_device(m.group(1))
+    return _m(DESERIALIZE, "deserialize_backend_missing", devices=(backend,), odd=backend)
+
+
+@_regex_rule(
+    r"Torch not compiled with (\w+) enabled|Found no NVIDIA driver on your system|"
+    r"No CUDA GPUs are available|CUDA driver initialization failed|"
+    r"The NVIDIA driver on your system is too old|PyTorch is not linked with support for (\w+) "
+    r"devices|Cannot access accelerator device when none is available"
+)
+def no_accelerator(m: re.Match[str]) -> Match:
+    """The build, the driver or the machine has no such accelerator."""
+    backend = norm_device(m.group(1) or m.group(2) or "cuda")
+    cause = m.group(0)
+    reason = (
+        "build"
+        if cause.startswith(("Torch not compiled", "PyTorch is not linked"))
+        else "driver"
+        if "driver" in cause
+        else "device"
+    )
+    return _m(
+        NO_CUDA, "no_accelerator", devices=(backend,), odd=backend, details={"reason": reason}
+    )
+
+
+_OOM_NEW = re.compile(r"GPU (\d+) has a total capac(?:i)?ty of ([\d.]+ \w+)")
+_OOM_OLD = re.compile(r"\(GPU (\d+); ([\d.]+ \w+) total capacity")
+
+
+@_regex_rule(r"(CUDA|XPU|MPS backend) out of memory\.? (?:\(|Tried to allocate )?([^\n]*)")
+def out_of_memory(m: re.Match[str]) -> Match:
+    """Every OOM layout since 1.0: pull out the request, the device and its capacity."""
+    backend = {"CUDA": "cuda", "XPU": "xpu"}.get(m.group(1), "mps")
+    text = m.group(0)
+    details: dict[str, str] = {}
+    req = re.search(r"Tried to allocate (more than 1EB|[\d.]+ ?\w+)", text)
+    if req:
+        size = parse_size(req.group(1).replace("more than ", ""))
+        if size is not None:
+            details["requested_bytes"] = str(size)
+    cap = _OOM_NEW.search(text) or _OOM_OLD.search(text)
+    device = backend
+    if cap:
+        device = f"{backend}:{cap.group(1)}"
+        total = parse_size(cap.group(2))
+        if total is not None:
+            details["total_bytes"] = str(total)
+    return _m(OUT_OF_MEMORY, "out_of_memory", devices=(device,), odd=device, details=details)
+
+
+@_regex_rule(r"device-side assert triggered|Assertion `[^`]+` failed")
+def device_side_assert(m: re.Match[str]) -> Match:
+    return _m(DEVICE_ASSERT, "device_side_assert", devices=("cuda",))
+
+
+# ---------------------------------------------------------------------- dtype companions
+
+
+def _dtype_match(name: str, expected: str, odd: str, argument: Optional[str] = None) -> Match:
+    exp, got = norm_dtype(expected), norm_dtype(odd)
+    return _m(
+        DTYPE_MISMATCH, name, dtypes=_devices(got, exp), expected=exp, odd=got, argument=argument
+    )
+
+
+@_regex_rule(r"(mat1|self) and mat2 must have the same dtype, but got (\w+) and (\w+)")
+def mat1_mat2_dtype(m: re.Match[str]) -> Match:
+    """Linear/addmm: mat1 is the input, mat2 the weight (the weight's dtype is the target)."""
+    return _dtype_match("mat1_mat2_dtype", m.group(3), m.group(2), argument=m.group(1))
+
+
+@_regex_rule(
+    r"expected (?:m1|mat1) and (?:m2|mat2) to have the same dtype, but got: (\S+) != (\S+)"
+)
+def mm_dtype(m: re.Match[str]) -> Match:
+    return _dtype_match("mm_dtype", m.group(2), m.group(1), argument="mat1")
+
+
+@_regex_rule(r"expected scalar type (\w+) but found (\w+)")
+def expected_scalar_type(m: re.Match[str]) -> Match:
+    return _dtype_match("expected_scalar_type", m.group(1), m.group(2))
+
+
+@_regex_rule(
+    r"Expected object of scalar type (\w+) but got scalar type (\w+) for argument #\d+ '(\w+)'"
+)
+def legacy_scalar_type(m: re.Match[str]) -> Match:
+    return _dtype_match("legacy_scalar_type", m.group(1), m.group(2), argument=m.group(3))
+
+
+@_regex_rule(r"RNN input dtype \((\S+)\) does not match weight dtype \((\S+)\)")
+def rnn_input_dtype(m: re.Match[str]) -> Match:
+    return _dtype_match("rnn_input_dtype", m.group(2), m.group(1), argument="input")
+
+
+@_regex_rule(r"input must have the type (\S+), got type (\S+)")
+def rnn_input_type(m: re.Match[str]) -> Match:
+    return _dtype_match("rnn_input_type", m.group(1), m.group(2), argument="input")
+
+
+@_regex_rule(
+    r"Input and (\w+) tensors are not the same dtype, found input tensor with (\w+) and \w+ "
+    r"tensor with (\w+)"
+)
+def rnn_hidden_dtype(m: re.Match[str]) -> Match:
+    return _dtype_match("rnn_hidden_dtype", m.group(2), m.group(3), argument=m.group(1))
+
+
+@_regex_rule(r"expected target dtype to be Long or Byte, but got (\w+)")
+def target_dtype(m: re.Match[str]) -> Match:
+    return _dtype_match("target_dtype", "Long", m.group(1), argument="target")
+
+
+@_regex_rule(r"Found dtype (\w+) but expected (\w+)")
+def found_dtype_expected(m: re.Match[str]) -> Match:
+    return _dtype_match("found_dtype_expected", m.group(2), m.group(1))
+
+
+def error_text(exc: BaseException) -> str:
+    """The exception's message without calling user code: ``args[0]`` when it is a string,
+    ``str()`` only for exception classes whose ``__str__`` is BaseException's own."""
+    args = exc.args if isinstance(exc.args, tuple) else ()
+    if args and isinstance(args[0], str):
+        return args[0]
+    if type(exc).__str__ is BaseException.__str__:
+        return str(exc)
+    return ""
+
+
+def match_message(text: str) -> Optional[Match]:
+    """The first rule that recognises ``text`` (after stripping wrapper headers)."""
+    text = strip_wrappers(text)
+    for r in RULES:
+        found = r(text)
+        if found is not None:
+            return found
+    return None
