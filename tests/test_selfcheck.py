@@ -3,6 +3,7 @@ the device-agnostic checks on meta/CPU through a real shell, and the real run on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -49,16 +50,19 @@ def test_cpu_only_run_skips_every_check_with_the_reason(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("torchdevmagic ") and "self-check" in lines[0]
-    assert lines[1].split() == ["check", "status", "figure", "reason"]
-    rows = lines[2 : 2 + len(sc.CHECKS)]
+    assert lines[1] == sc.validation_note()
+    assert "has not yet been run on a GPU" in lines[1]
+    assert lines[2].split() == ["check", "status", "figure", "reason"]
+    rows = lines[3 : 3 + len(sc.CHECKS)]
     for check, line in zip(sc.CHECKS, rows):
         name, status, *reason = line.split()
         assert (name, status) == (check.name, "SKIP")
         assert " ".join(reason).startswith("no CUDA device: torch ")
-    assert lines[2 + len(sc.CHECKS)].startswith(f"0 passed, 0 failed, {len(sc.CHECKS)} skipped")
+    assert lines[3 + len(sc.CHECKS)].startswith(f"0 passed, 0 failed, {len(sc.CHECKS)} skipped")
 
     data = json.loads(out_file.read_text())
     assert data["exit_status"] == 0 and data["gpus"] == []
+    assert data["validated_on"] == list(sc.VALIDATED_ON)
     assert data["skip_reason"] == data["results"][0]["reason"]
     import torch
 
@@ -301,6 +305,11 @@ def test_restore_judgement() -> None:
     assert sc.restore_problems((0, user), (0, user), user, dedicated=False) == []
 
 
+def test_validation_note_is_honest() -> None:
+    assert "not yet been run on a GPU" in sc.validation_note(())
+    assert sc.validation_note(("NVIDIA H200",)) == "self-check seen passing on: NVIDIA H200"
+
+
 def test_skip_reasons() -> None:
     kw: dict[str, Any] = {"cuda_built": True, "cuda_available": True, "device_count": 1}
     assert sc.skip_reason(torch_version="2.5.1+cu124", **kw) is None
@@ -355,6 +364,36 @@ def test_named_bytes_check_on_cpu(shell: Any, tmp_path: Path) -> None:
     held = params + 512 * 1024 * 4 + 512 * 8
     assert outcome.status == "PASS", outcome
     assert outcome.figure == f"named {sc.format_bytes(held)}, tensors hold {sc.format_bytes(held)}"
+
+
+@pytest.mark.parametrize("scenario", sc.SCENARIOS, ids=lambda s: s.name)
+def test_devcheck_scenarios_on_meta(shell: Any, tmp_path: Path, scenario: sc.Scenario) -> None:
+    """The same scenario code as on the GPU, with meta standing in for cuda:0. A meta
+    checkpoint loads back onto meta whatever map_location says, so here the checkpoint is
+    saved from CPU tensors (on the GPU it is saved from cuda:0 tensors)."""
+    if scenario.name == "checkpoint_on_cpu":
+        setup = scenario.setup.replace("device=DEVICE)", ")", 1)
+        assert setup != scenario.setup
+        scenario = dataclasses.replace(scenario, setup=setup)
+    outcome = sc.devcheck_outcome(_shell_ctx(shell, "meta", tmp_path), scenario)
+    assert outcome.status == "PASS", outcome
+    assert outcome.figure.startswith(", ".join(scenario.culprits) + " -> ")
+
+
+def test_devcheck_check_can_fail(shell: Any, tmp_path: Path) -> None:
+    ctx = _shell_ctx(shell, "meta", tmp_path)
+    linear = sc.SCENARIOS[0]
+    wrong = sc.devcheck_outcome(ctx, dataclasses.replace(linear, culprits=("model",)))
+    assert wrong == sc.Outcome(
+        "FAIL", "x -> x = x.to(DEVICE)", "device_mismatch naming [x]; expected [model]"
+    )
+    fine = dataclasses.replace(linear, setup=linear.setup.replace("torch.randn(32, 64)", "0"))
+    healthy = sc.devcheck_outcome(ctx, dataclasses.replace(fine, body="logits = model"))
+    assert healthy.reason == "the cell did not fail: there was no mismatch to explain"
+    unknown = dataclasses.replace(linear, body="raise ValueError('not a device error')")
+    assert sc.devcheck_outcome(ctx, unknown).reason == (
+        "no diagnosis for ValueError: not a device error"
+    )
 
 
 def test_a_failing_cell_inside_a_check_is_a_fail(shell: Any, tmp_path: Path) -> None:
