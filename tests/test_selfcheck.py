@@ -415,6 +415,33 @@ def test_no_context_check_runs_its_subprocess(tmp_path: Path) -> None:
     assert outcome.figure.startswith(f"is_initialized False -> False, {count} GPU rows of {count}")
 
 
+def test_no_cuda_load_script_with_a_checkpoint_tagged_cuda(tmp_path: Path) -> None:
+    """The subprocess half of devcheck.checkpoint_no_cuda, run here: a checkpoint whose storages
+    are tagged "cuda:0" by torch's own location-tagger hook (a real CUDA checkpoint needs a GPU
+    to write) gives torch's real deserialisation error in a process without CUDA."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA; on a GPU the check itself runs")
+    import torch.serialization as ser
+
+    active = {"on": True}
+    ser.register_package(0, lambda obj: "cuda:0" if active["on"] else None, lambda o, loc: None)
+    path = tmp_path / "ckpt.pt"
+    try:
+        torch.save({"w": torch.ones(4)}, path)
+    finally:
+        active["on"] = False
+    facts = sc.run_script(
+        sys.executable, sc.NO_CUDA_LOAD_SCRIPT, [str(path)], {"CUDA_VISIBLE_DEVICES": ""}
+    )
+    assert facts["error"].startswith("RuntimeError: Attempting to deserialize object on a CUDA")
+    outcome = sc.no_cuda_load_outcome(facts)
+    assert outcome.status == "PASS", outcome
+    assert outcome.figure.endswith("-> state = torch.load(path, map_location='cpu') (loads on cpu)")
+    assert sc.no_cuda_load_outcome({**facts, "available": True}).status == "FAIL"
+    assert sc.no_cuda_load_outcome({**facts, "device": None, "after": "E: x"}).status == "FAIL"
+
+
 def test_run_script_reports_a_crash() -> None:
     with pytest.raises(sc.CheckFailed, match=r"subprocess exited 1: ValueError: nope"):
         sc.run_script(sys.executable, "raise ValueError('nope')")

@@ -503,14 +503,21 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
 
-def run_script(python: str, script: str, env: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
-    """Run ``script`` in a fresh interpreter that imports this checkout; its last JSON line."""
-    environ = dict(os.environ if env is None else env)
+def run_script(
+    python: str,
+    script: str,
+    args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+) -> dict[str, Any]:
+    """Run ``script`` in a fresh interpreter that imports this checkout; its last JSON line.
+
+    ``env`` is added to this process's environment."""
+    environ = {**os.environ, **(env or {})}
     environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (_package_root(), environ.get("PYTHONPATH", "")) if p
     )
     out = subprocess.run(
-        [python, "-c", script],
+        [python, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=SUBPROCESS_TIMEOUT_S,
@@ -796,12 +803,13 @@ def devcheck_outcome(ctx: Context, scenario: Scenario) -> Outcome:
     shell = ctx.shell()
     _setup(ctx, shell, scenario.setup.format(tmp=ctx.tmpdir))
     cell = "%%devcheck\n" + scenario.body
+    earlier = shell.run_line_magic("devcheck", "-o")  # the magic keeps the last Diagnosis
     first = shell.run_cell(cell)
     err = first.error_in_exec
     if err is None:
         return failed("the cell did not fail: there was no mismatch to explain")
     diagnosis = shell.run_line_magic("devcheck", "-o")
-    if diagnosis is None:
+    if diagnosis is None or diagnosis is earlier:
         return failed(f"no diagnosis for {type(err).__name__}: {err}".splitlines()[0])
     names = [c.expression for c in diagnosis.culprits]
     figure = f"{', '.join(names) or 'no culprit'} -> {diagnosis.fix}"
@@ -821,6 +829,59 @@ def devcheck_outcome(ctx: Context, scenario: Scenario) -> Outcome:
             f"after the fix the cell still fails: {type(again).__name__}: {again}", figure
         )
     return passed(figure)
+
+
+# A checkpoint saved from CUDA tensors, loaded without map_location in a process where CUDA is
+# hidden: torch's own deserialisation error, the map_location fix, and the cell run again.
+NO_CUDA_LOAD_SCRIPT = """
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+from torchdevmagic.selfcheck import fixed_cell
+shell = InteractiveShell.instance()
+shell.extension_manager.load_extension("torchdevmagic")
+shell.run_cell("import torch\\npath = " + repr(sys.argv[1]))
+cell = "%%devcheck\\nstate = torch.load(path)"
+first = shell.run_cell(cell)
+d = shell.run_line_magic("devcheck", "-o")
+out = {
+    "available": shell.user_ns["torch"].cuda.is_available(),
+    "error": type(first.error_in_exec).__name__ + ": " + str(first.error_in_exec),
+    "kind": d.kind if d is not None else None,
+    "fix": d.fix if d is not None else None,
+}
+if d is not None and d.fix:
+    pre, fixed = fixed_cell(cell, d.fix, d.fix_lineno)
+    if pre is not None:
+        shell.run_cell(pre)
+    again = shell.run_cell(fixed).error_in_exec
+    out["after"] = None if again is None else type(again).__name__ + ": " + str(again)
+    if again is None:
+        out["device"] = str(shell.user_ns["state"]["w"].device)
+print(json.dumps(out))
+"""
+
+
+def no_cuda_load_outcome(facts: Mapping[str, Any]) -> Outcome:
+    figure = f"{facts['error'][:60]}… -> {facts['fix']}"
+    if facts["available"]:
+        return failed("CUDA was visible in the subprocess: nothing to explain")
+    if facts["kind"] != "deserialize_device":
+        return failed(f"diagnosed as {facts['kind']}", figure)
+    if "map_location" not in (facts["fix"] or ""):
+        return failed("the fix does not use map_location", figure)
+    if facts.get("after") is not None or facts.get("device") != "cpu":
+        return failed(
+            f"after the fix: {facts.get('after')}, state on {facts.get('device')}", figure
+        )
+    return passed(figure + " (loads on cpu)")
+
+
+def check_devcheck_checkpoint_no_cuda(ctx: Context) -> Outcome:
+    torch = ctx.torch
+    path = os.path.join(ctx.tmpdir, "cuda_ckpt.pt")
+    torch.save({"w": torch.ones(4, device=ctx.device)}, path)
+    facts = run_script(ctx.python, NO_CUDA_LOAD_SCRIPT, [path], {"CUDA_VISIBLE_DEVICES": ""})
+    return no_cuda_load_outcome(facts)
 
 
 def _devcheck_check(scenario: Scenario) -> Callable[[Context], Outcome]:
@@ -851,13 +912,18 @@ def check_oom(ctx: Context) -> Outcome:
     hog, acts, ask = int(free * 0.6), int(free * 0.1), int(free * 0.5)
     shell = ctx.shell()
     _setup(ctx, shell, OOM_SETUP.format(hog=hog, acts=acts))
+    earlier = shell.run_line_magic("devcheck", "-o")
     result = shell.run_cell(
         f"%%devcheck\nboom = torch.empty({ask}, dtype=torch.uint8, device=DEVICE)"
     )
     err = result.error_in_exec
+    raised = "nothing" if err is None else type(err).__name__
+    del err
     diagnosis = shell.run_line_magic("devcheck", "-o")
+    if diagnosis is earlier:
+        diagnosis = None  # nothing new was diagnosed
     run_ok(shell, "del hog, acts")
-    del result, err
+    del result
     shell.run_cell("pass")  # drop the shell's last result (and the exception it references)
     gc.collect()
     torch.cuda.empty_cache()
@@ -868,6 +934,8 @@ def check_oom(ctx: Context) -> Outcome:
         f"named {', '.join(names) or 'nothing'}; allocated {format_bytes(after)} after "
         f"(baseline {format_bytes(baseline)})"
     )
+    if raised != "OutOfMemoryError":
+        return failed(f"asking for more than the free memory raised {raised}", figure)
     if diagnosis is None or diagnosis.kind != "out_of_memory":
         kind = diagnosis.kind if diagnosis is not None else None
         return failed(f"not explained as out of memory (diagnosis {kind})", figure)
@@ -950,6 +1018,11 @@ CHECKS: tuple[Check, ...] = (
             _devcheck_check(s),
         )
         for s in SCENARIOS
+    ),
+    Check(
+        "devcheck.checkpoint_no_cuda",
+        "a CUDA checkpoint loaded where CUDA is hidden: the map_location fix makes it load",
+        check_devcheck_checkpoint_no_cuda,
     ),
     Check(
         "oom.explained_released",
