@@ -489,7 +489,7 @@ import torch
 before = torch.cuda.is_initialized()
 report = shell.run_line_magic("devices", "-o")
 env = shell.run_line_magic("devices", "--env -o")
-from torchdevmagic.scan import scan  # (the package attribute is shadowed by the submodule)
+from torchdevmagic import scan
 scan({"x": shell.user_ns["x"]})
 after = torch.cuda.is_initialized()
 print(json.dumps({
