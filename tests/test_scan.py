@@ -597,3 +597,15 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     assert cpu[2].startswith("loss keeps an autograd graph")
     assert scanner.named_by_device == named_before  # measuring left the totals alone
     assert [r.path for r in scanner.rows] == ["x", "loss"]
+
+
+def test_scan_restores_the_garbage_collector_state() -> None:
+    assert gc.isenabled()
+    run_scan({"x": torch.zeros(1)})
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        run_scan({"x": torch.zeros(1)})
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
