@@ -249,3 +249,27 @@ def test_traceback_names_the_cells_own_number_and_line(shell: Any, capsys: Any) 
         else int(tb.tb_frame.f_code.co_filename.split("-")[2])
     )
     assert cached == number
+
+
+def test_stream_choices_match_the_engine() -> None:
+    from torchdevmagic.magics.cuda_time import CudaTimeMagics
+    from torchdevmagic.timing import STREAM_MODES
+
+    parser = CudaTimeMagics.cuda_time.parser
+    (action,) = [a for a in parser._actions if a.dest == "stream"]
+    assert tuple(action.choices) == tuple(STREAM_MODES)
+
+
+def test_loading_the_extension_does_not_import_the_engines() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "InteractiveShell.instance().extension_manager.load_extension('torchdevmagic')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('torchdevmagic.') and "
+        "not m.startswith('torchdevmagic.magics')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

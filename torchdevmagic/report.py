@@ -21,7 +21,6 @@ from torchdevmagic._format import format_bytes, format_dtype, format_shape, plur
 from torchdevmagic.records import DeviceMemory, DeviceShare, Finding, Row, ScanStats, to_plain
 
 DEFAULT_ROWS_SHOWN = 30
-SORT_KEYS = ("size", "name", "device")
 _HEADERS = ("Name", "Type", "Device", "Dtype", "Shape", "Memory", "Details")
 _GPU_HEADERS = ("GPU", "Name", "Named", "Allocated", "Reserved", "Peak", "NVML used/total", "Util")
 

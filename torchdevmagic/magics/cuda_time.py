@@ -6,7 +6,7 @@ Thin glue: parse options, compile the cell like ``%%time`` does, run it under th
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
@@ -15,7 +15,9 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from torchdevmagic.magics._args import ParsedLines
 from torchdevmagic.magics._cell import compile_cell, ends_quietly, run_compiled
 from torchdevmagic.magics._show import show
-from torchdevmagic.timing import STREAM_MODES, CaptureInProgress, Timer, source_key
+
+if TYPE_CHECKING:
+    from torchdevmagic.timing import Timer
 
 
 @magics_class
@@ -24,8 +26,22 @@ class CudaTimeMagics(Magics):
 
     def __init__(self, shell: Any, timer: Optional[Timer] = None) -> None:
         super().__init__(shell)
-        self.timer = timer if timer is not None else Timer()
+        self._timer = timer
         self._options = ParsedLines(self.cuda_time)
+
+    @property
+    def timer(self) -> Timer:
+        # Built on first use: %load_ext stays cheap (the engine module costs ~25 ms to import).
+        if self._timer is None:
+            from torchdevmagic.timing import Timer
+
+            self._timer = Timer()
+        return self._timer
+
+    @timer.setter
+    def timer(self, timer: Timer) -> None:
+        """Inject another engine (tests drive the magic with a fake CUDA backend)."""
+        self._timer = timer
 
     @magic_arguments()
     @argument("-n", type=int, default=1, metavar="N", help="runs per repeat (default 1). -n 10")
@@ -35,7 +51,7 @@ class CudaTimeMagics(Magics):
     @argument("-w", type=int, default=0, metavar="W", help="untimed warm-up runs first. -w 1")
     @argument(
         "--stream",
-        choices=STREAM_MODES,
+        choices=("dedicated", "current"),  # timing.STREAM_MODES; a test keeps them equal
         default="dedicated",
         help="dedicated: a long-lived timing stream (default); current: the caller's stream, "
         "for code that launches on the legacy default stream. --stream current",
@@ -61,6 +77,8 @@ class CudaTimeMagics(Magics):
             %%cuda_time -n 10 -r 5 -w 1
             y = x @ x
         """
+        from torchdevmagic.timing import CaptureInProgress, source_key
+
         args = self._options(line)
         try:
             plan = self.timer.plan(

@@ -10,7 +10,8 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from torchdevmagic.magics._show import show
-from torchdevmagic.report import SORT_KEYS
+
+SORT_KEYS = ("size", "name", "device")  # report.sort_rows understands these
 
 _DEVICE_RE = re.compile(r"^(cpu|meta|mps|xpu|hpu|cuda(:\d+)?)$")
 
