@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 from fake_backend import Clock, FakeBackend
 
+from torchdevmagic._display import WARN_COLOR
 from torchdevmagic.timing import (
     SYNC_WARNING,
     CaptureInProgress,
@@ -333,7 +334,7 @@ def test_html_and_pretty() -> None:
     r = _gpu_result(device_name="<b>GPU</b>")
     html = r._repr_html_()
     assert "&lt;b&gt;GPU&lt;/b&gt;" in html and "<b>" not in html
-    assert 'color:#d97706">GPU-bound</span>' in html
+    assert f'color:{WARN_COLOR}">GPU-bound</span>' in html
 
     class Printer:
         def __init__(self) -> None:

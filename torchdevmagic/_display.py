@@ -48,7 +48,7 @@ class Displayable:
 
 
 # Colours chosen to keep contrast on both white and near-black backgrounds.
-WARN_COLOR = "#d97706"
+WARN_COLOR = "#c26100"
 ERROR_COLOR = "#dc2626"
 OK_COLOR = "#16a34a"
 MUTED_STYLE = "opacity:0.7"
