@@ -390,3 +390,27 @@ def test_public_api_names_the_function_not_the_package() -> None:
 
     assert callable(torchdevmagic.diagnose)
     assert torchdevmagic.Diagnosis.__name__ == "Diagnosis"
+
+
+def test_analysis_never_calls_a_dict_property(shell: Any) -> None:
+    """The failing line reads an attribute of an object whose class shadows __dict__."""
+    shell.run_cell(
+        """
+import torch
+calls = []
+class Sneaky:
+    def pick(self, t):
+        return t
+    @property
+    def __dict__(self):
+        calls.append("__dict__")
+        return {}
+holder = Sneaky()
+lin = torch.nn.Linear(2, 3).to("meta")
+x = torch.zeros(4, 2)
+"""
+    )
+    shell.user_ns["calls"].clear()
+    result = shell.run_cell("%%devcheck\ny = lin(holder.pick(x))")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    assert shell.user_ns["calls"] == []

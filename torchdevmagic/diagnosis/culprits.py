@@ -82,11 +82,11 @@ def _safe_tensor_type(obj: Any, torch: Any) -> bool:
 
 
 def _instance_dict(obj: Any) -> Mapping[str, Any]:
-    try:
-        d = object.__getattribute__(obj, "__dict__")
-    except Exception:
-        return {}
-    return d if type(d) is dict else {}
+    # The scanner's reader: object.__getattribute__(obj, "__dict__") would call a __dict__
+    # property defined by the class, which is user code.
+    from torchdevmagic.scanner import instance_attributes
+
+    return instance_attributes(obj) or {}
 
 
 class TensorMeta(NamedTuple):
