@@ -609,3 +609,60 @@ def test_scan_restores_the_garbage_collector_state() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_column_wise_path_gives_the_same_rows_as_the_general_one(monkeypatch: Any) -> None:
+    """Containers of plain tensors take a batched path: it must agree row for row."""
+    from torchdevmagic import scanner
+
+    base = torch.zeros(100, 100)
+    leaf = torch.ones(5, requires_grad=True)
+    items: dict[str, Any] = {f"t{i}": torch.zeros(i + 1) for i in range(20)}
+    items.update(
+        view=base[3],
+        alias=base,
+        meta=torch.zeros(7, device="meta"),
+        param=nn.Parameter(torch.zeros(3)),
+        leaf=leaf,
+        graph=leaf * 2,
+        int8=torch.zeros(4, dtype=torch.int8),
+    )
+    ns = {"base": base, "d": items, "seq": list(items.values())}
+    taken: list[bool] = []
+    original = scanner._Scanner._tensor_batch
+
+    def spy(self: Any, paths: list[str], values: list[Any]) -> bool:
+        taken.append(original(self, paths, values))
+        return taken[-1]
+
+    monkeypatch.setattr(scanner._Scanner, "_tensor_batch", spy)
+    batched = run_scan(ns)
+    assert taken == [True, True]  # the dict and the list both went column-wise
+    monkeypatch.setattr(scanner, "BATCH_MIN", 10**9)
+    general = run_scan(ns)
+    assert batched.rows == general.rows
+    assert batched.totals() == general.totals()
+    assert batched.stats.objects_visited == general.stats.objects_visited
+
+
+def test_mixed_containers_fall_back_to_the_general_path() -> None:
+    values: list[Any] = [torch.zeros(2) for _ in range(20)]
+    values[5] = torch.eye(3).to_sparse()
+    values[9] = {"inner": torch.zeros(3)}
+    report = run_scan({"xs": values})
+    assert report.row("xs[5]").note == "sparse_coo"
+    assert report.row("xs[9]['inner']").nbytes == 12
+    assert len(report.rows) == 20
+
+
+def test_module_walk_batched_and_general_agree(monkeypatch: Any) -> None:
+    from torchdevmagic import scanner
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+    model[2].to("meta")
+    model[0](torch.randn(3, 4)).sum().backward()
+    shared = {"model": model, "w": model[0].weight, "opt": torch.optim.SGD(model.parameters())}
+    batched = run_scan(shared)
+    monkeypatch.setattr(scanner, "facts_batch", lambda values, tt: None)
+    general = run_scan(shared)
+    assert batched.rows == general.rows and batched.findings == general.findings

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ITEMS = 100_000  # per container; a list of 10 million ints is capped, not walked
 DEFAULT_MAX_OBJECTS = 2_000_000  # whole-scan budget
+BATCH_MIN = 16  # containers at least this long try the column-wise tensor path
 
 # Never looked into: no tensors can hide there, or looking is expensive.
 _ATOMIC: tuple[type, ...] = (
@@ -249,6 +250,55 @@ def _special_facts(t: Any, cls: type, tt: _Torch) -> _TensorFacts:
             device, dtype, shape, key, nbytes, nbytes, requires_grad, has_grad_fn, note
         )
     return _strided_facts(t, tt, "")
+
+
+def facts_batch(values: list[Any], tt: _Torch) -> Optional[list[_TensorFacts]]:
+    """:func:`tensor_facts` for many plain strided tensors at once, or ``None``.
+
+    Each C getter is mapped over the whole list: no Python frame per tensor, about twice as
+    fast as one call per tensor on a dict of 10,000 tensors. ``None`` when any value is a
+    subclass, non-strided or nested (those take the general path).
+    """
+    plain = (tt.tensor, tt.parameter)
+    if not all(type(v) in plain for v in values):
+        return None
+    strided = tt.strided
+    if not all(layout is strided for layout in map(tt.get_layout, values)):
+        return None
+    try:
+        shapes = list(map(tt.get_shape, values))  # nested tensors raise here
+        storages = list(map(tt.storage, values))
+        sizes = [s.nbytes() for s in storages]
+    except Exception:
+        return None
+    devices = [_DEVICE_TEXT.get(d) or _device_text(d) for d in map(tt.get_device, values)]
+    dtypes = [_DTYPE_TEXT.get(d) or _dtype_text(d) for d in map(tt.get_dtype, values)]
+    out = []
+    for t, device, dtype, shape, storage, size, view, grad in zip(
+        values,
+        devices,
+        dtypes,
+        shapes,
+        storages,
+        sizes,
+        map(tt.get_nbytes, values),
+        map(tt.get_requires_grad, values),
+    ):
+        on_meta = device == "meta"  # meta tensors hold no memory
+        out.append(
+            _TensorFacts(
+                device,
+                dtype,
+                shape,
+                storage._cdata,
+                0 if on_meta else size,
+                0 if on_meta else view,
+                grad,
+                grad and tt.get_grad_fn(t) is not None,
+                "",
+            )
+        )
+    return out
 
 
 def _safe_shape(t: Any, tt: _Torch) -> Optional[tuple[int, ...]]:
@@ -500,6 +550,13 @@ class _Scanner:
     def walk_dict(self, d: dict[Any, Any], path: str, depth: int) -> None:
         # A plain loop, not _capped: dicts of thousands of tensors are the common big case.
         visit, limit, depth = self.visit, self.max_items, depth + 1
+        n = dict.__len__(d)
+        if n >= BATCH_MIN and n <= limit:
+            keys = list(dict.keys(d))
+            if all(type(k) is str for k in keys) and self._tensor_batch(
+                [f"{path}[{k!r}]" for k in keys], list(dict.values(d))
+            ):
+                return
         for i, (key, value) in enumerate(_dict_items(d)):
             if i >= limit:
                 self._truncate(path, dict.__len__(d) - i)
@@ -517,6 +574,12 @@ class _Scanner:
         else:
             n, get = _list_len(seq), _list_get
         limit = min(n, self.max_items)
+        if limit >= BATCH_MIN and self._tensor_batch(
+            [f"{path}[{i}]" for i in range(limit)], [get(seq, i) for i in range(limit)]
+        ):
+            if n > limit:
+                self._truncate(path, n - limit)
+            return
         kinds, visit, depth = self._kind_cache, self.visit, depth + 1
         for i in range(limit):
             value = get(seq, i)
@@ -525,6 +588,18 @@ class _Scanner:
             visit(value, f"{path}[{i}]", depth)
         if n > limit:
             self._truncate(path, n - limit)
+
+    def _tensor_batch(self, paths: list[str], values: list[Any]) -> bool:
+        """Rows for a container holding only plain strided tensors, from
+        :func:`facts_batch`. ``False`` (nothing recorded) when a value needs the general path.
+        """
+        facts = facts_batch(values, self.tt)
+        if facts is None:
+            return False
+        self.visited += len(values)
+        for path, t, f in zip(paths, values, facts):
+            self._record_tensor(t, path, f)
+        return True
 
     def walk_namedtuple(self, tup: Any, path: str, depth: int) -> None:
         fields = _type_flag(type(tup), "_fields")
@@ -577,7 +652,9 @@ class _Scanner:
         return facts.storage_bytes, None
 
     def tensor_row(self, t: Any, path: str) -> None:
-        facts = tensor_facts(t, self.tt)
+        self._record_tensor(t, path, tensor_facts(t, self.tt))
+
+    def _record_tensor(self, t: Any, path: str, facts: _TensorFacts) -> None:
         device, dtype, shape, _, storage_bytes, view_bytes, requires_grad, grad_fn, note = facts
         nbytes, alias = self._count(facts, path)
         if note:
@@ -626,6 +703,7 @@ class _Scanner:
         stack = [(path, mod)]
         seen_modules: set[int] = set()
         kind_of = self.kind_of
+        owned: list[tuple[str, Any]] = []  # parameters and buffers, facts read in one batch
         while stack:
             mpath, m = stack.pop()
             if id(m) in seen_modules:
@@ -637,7 +715,7 @@ class _Scanner:
                 if type(table) is dict:
                     for name, t in _dict_items(table):
                         if t is not None and kind_of(type(t)) == "tensor":
-                            self._module_tensor(t, _attr_path(mpath, str(name)), acc)
+                            owned.append((_attr_path(mpath, str(name)), t))
             for name, value in _dict_items(ns):
                 if kind_of(type(value)) == "tensor" and type(name) is str:
                     attrs_found.append((_attr_path(mpath, name), value))
@@ -647,10 +725,13 @@ class _Scanner:
                     if child is not None and kind_of(type(child)) == "module":
                         self.seen.add(id(child))
                         stack.append((_module_child_path(mpath, str(name)), child))
+        tensors = [t for _, t in owned]
+        facts = facts_batch(tensors, self.tt) or [tensor_facts(t, self.tt) for t in tensors]
+        for (tpath, t), f in zip(owned, facts):
+            self._module_tensor(t, tpath, acc, f)
         self._module_row(mod, path, acc, attrs_found)
 
-    def _module_tensor(self, t: Any, path: str, acc: _Accumulator) -> None:
-        facts = tensor_facts(t, self.tt)
+    def _module_tensor(self, t: Any, path: str, acc: _Accumulator, facts: _TensorFacts) -> None:
         nbytes, _ = self._count(facts, path)
         self.param_path.setdefault(id(t), path)
         acc.add(facts.device, nbytes, facts.dtype, path)
