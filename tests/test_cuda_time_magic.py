@@ -273,3 +273,17 @@ def test_loading_the_extension_does_not_import_the_engines() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_traceback_shows_the_users_lines_not_ours(shell: Any, capsys: Any) -> None:
+    import re
+
+    import IPython
+
+    capsys.readouterr()
+    result = shell.run_cell("%%cuda_time -q\nz = 1\nraise KeyError('boom')")
+    assert type(result.error_in_exec) is KeyError
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert "raise KeyError('boom')" in out and "KeyError: 'boom'" in out
+    if int(IPython.__version__.split(".")[0]) >= 8:  # 7.x ignores __tracebackhide__
+        assert "timing.py" not in out and "_cell.py" not in out and "cuda_time.py" not in out

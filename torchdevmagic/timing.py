@@ -571,6 +571,7 @@ class Timer:
 
     def _call(self, fn: Callable[[], Any], times: int) -> tuple[Any, Optional[Exception], int]:
         """Call ``fn`` up to ``times`` times; stop at the first exception."""
+        __tracebackhide__ = True  # IPython leaves this frame out of the user's traceback
         value = None
         for done in range(times):
             try:

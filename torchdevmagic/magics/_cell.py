@@ -124,6 +124,7 @@ def compile_cell(shell: Any, cell: str, magic: str) -> CompiledCell:
 
 def run_compiled(shell: Any, compiled: CompiledCell) -> Any:
     """Execute a compiled cell; return the final expression's value (or ``None``)."""
+    __tracebackhide__ = True  # IPython shows the user's lines, not this frame
     ns = shell.user_ns
     if compiled.body is not None:
         exec(compiled.body, ns, ns)

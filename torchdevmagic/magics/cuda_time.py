@@ -77,6 +77,7 @@ class CudaTimeMagics(Magics):
             %%cuda_time -n 10 -r 5 -w 1
             y = x @ x
         """
+        __tracebackhide__ = True  # the traceback starts at the user's cell
         from torchdevmagic.timing import CaptureInProgress, source_key
 
         args = self._options(line)
@@ -88,7 +89,12 @@ class CudaTimeMagics(Magics):
             raise UsageError(f"%%cuda_time: {exc}") from None
         compiled = compile_cell(self.shell, cell, "cuda_time")
         key = source_key(compiled.source, plan.device)
-        m = self.timer.run(plan, lambda: run_compiled(self.shell, compiled), key=key)
+
+        def body() -> Any:
+            __tracebackhide__ = True
+            return run_compiled(self.shell, compiled)
+
+        m = self.timer.run(plan, body, key=key)
         if not args.q:
             show(self.shell, m.result)
         if m.error is not None:
