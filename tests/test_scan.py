@@ -631,8 +631,8 @@ def test_column_wise_path_gives_the_same_rows_as_the_general_one(monkeypatch: An
     taken: list[bool] = []
     original = scanner._Scanner._tensor_batch
 
-    def spy(self: Any, paths: list[str], values: list[Any]) -> bool:
-        taken.append(original(self, paths, values))
+    def spy(self: Any, values: list[Any], paths: Any) -> bool:
+        taken.append(original(self, values, paths))
         return taken[-1]
 
     monkeypatch.setattr(scanner._Scanner, "_tensor_batch", spy)

@@ -554,7 +554,7 @@ class _Scanner:
         if n >= BATCH_MIN and n <= limit:
             keys = list(dict.keys(d))
             if all(type(k) is str for k in keys) and self._tensor_batch(
-                [f"{path}[{k!r}]" for k in keys], list(dict.values(d))
+                list(dict.values(d)), lambda: [f"{path}[{k!r}]" for k in keys]
             ):
                 return
         for i, (key, value) in enumerate(_dict_items(d)):
@@ -574,30 +574,28 @@ class _Scanner:
         else:
             n, get = _list_len(seq), _list_get
         limit = min(n, self.max_items)
-        if limit >= BATCH_MIN and self._tensor_batch(
-            [f"{path}[{i}]" for i in range(limit)], [get(seq, i) for i in range(limit)]
+        values = [get(seq, i) for i in range(limit)]
+        if limit < BATCH_MIN or not self._tensor_batch(
+            values, lambda: [f"{path}[{i}]" for i in range(limit)]
         ):
-            if n > limit:
-                self._truncate(path, n - limit)
-            return
-        kinds, visit, depth = self._kind_cache, self.visit, depth + 1
-        for i in range(limit):
-            value = get(seq, i)
-            if kinds.get(type(value)) == "skip":  # ints in a long list: no path to build
-                continue
-            visit(value, f"{path}[{i}]", depth)
+            kinds, visit, depth = self._kind_cache, self.visit, depth + 1
+            for i, value in enumerate(values):
+                if kinds.get(type(value)) == "skip":  # ints in a long list: no path to build
+                    continue
+                visit(value, f"{path}[{i}]", depth)
         if n > limit:
             self._truncate(path, n - limit)
 
-    def _tensor_batch(self, paths: list[str], values: list[Any]) -> bool:
+    def _tensor_batch(self, values: list[Any], paths: Callable[[], list[str]]) -> bool:
         """Rows for a container holding only plain strided tensors, from
-        :func:`facts_batch`. ``False`` (nothing recorded) when a value needs the general path.
+        :func:`facts_batch`. ``False`` (nothing recorded) when a value needs the general path;
+        the paths are only built once the batch is known to apply.
         """
         facts = facts_batch(values, self.tt)
         if facts is None:
             return False
         self.visited += len(values)
-        for path, t, f in zip(paths, values, facts):
+        for path, t, f in zip(paths(), values, facts):
             self._record_tensor(t, path, f)
         return True
 
