@@ -575,8 +575,7 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     loss = (torch.ones(10, requires_grad=True) * 2).sum()
     ns = {"x": x, "loss": loss, "Out": {3: torch.zeros(500), 4: x}, "_": torch.zeros(250)}
     scanner = _Scanner(_Torch.from_module(torch), 6, 1000, 10_000)
-    for name in ("x", "loss"):
-        scanner.visit(ns[name], name, 0)
+    scanner.visit_all((name, ns[name]) for name in ("x", "loss"))
     named_before = dict(scanner.named_by_device)
 
     def failing() -> None:
@@ -628,21 +627,24 @@ def test_column_wise_path_gives_the_same_rows_as_the_general_one(monkeypatch: An
         int8=torch.zeros(4, dtype=torch.int8),
     )
     ns = {"base": base, "d": items, "seq": list(items.values())}
-    taken: list[bool] = []
-    original = scanner._Scanner._tensor_batch
+    batches: list[int] = []
+    original = scanner.facts_columns
 
-    def spy(self: Any, values: list[Any], paths: Any) -> bool:
-        taken.append(original(self, values, paths))
-        return taken[-1]
+    def spy(values: list[Any], tt: Any) -> Any:
+        found = original(values, tt)
+        batches.append(len(values) if found is not None else -len(values))
+        return found
 
-    monkeypatch.setattr(scanner._Scanner, "_tensor_batch", spy)
+    monkeypatch.setattr(scanner, "facts_columns", spy)
     batched = run_scan(ns)
-    assert taken == [True, True]  # the dict and the list both went column-wise
-    monkeypatch.setattr(scanner, "BATCH_MIN", 10**9)
+    assert batches == [1 + 2 * len(items)]  # base, the dict and the list: one column-wise read
+    monkeypatch.setattr(scanner, "facts_columns", lambda values, tt: None)
     general = run_scan(ns)
     assert batched.rows == general.rows
     assert batched.totals() == general.totals()
     assert batched.stats.objects_visited == general.stats.objects_visited
+    monkeypatch.setattr(scanner, "BATCH_MIN", 10**9)  # containers visited item by item
+    assert run_scan(ns).rows == general.rows
 
 
 def test_mixed_containers_fall_back_to_the_general_path() -> None:
@@ -663,6 +665,6 @@ def test_module_walk_batched_and_general_agree(monkeypatch: Any) -> None:
     model[0](torch.randn(3, 4)).sum().backward()
     shared = {"model": model, "w": model[0].weight, "opt": torch.optim.SGD(model.parameters())}
     batched = run_scan(shared)
-    monkeypatch.setattr(scanner, "facts_batch", lambda values, tt: None)
+    monkeypatch.setattr(scanner, "facts_columns", lambda values, tt: None)
     general = run_scan(shared)
     assert batched.rows == general.rows and batched.findings == general.findings

@@ -25,7 +25,10 @@ import types
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
+from functools import partial
+from itertools import groupby, repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, cast
 
 from torchdevmagic._format import format_bytes, plural
 from torchdevmagic._torch import torch_if_imported
@@ -122,6 +125,8 @@ class _Torch:
     get_grad: Callable[[Any], Any]
     get_grad_fn: Callable[[Any], Any]
     storage: Callable[[Any], Any]
+    storage_nbytes: Callable[[Any], int]
+    storage_key: Callable[[Any], int]  # identity of the StorageImpl, for alias detection
     get_nbytes: Callable[[Any], int]
     strided: Any
     no_subclass_dispatch: Callable[[], Any]
@@ -154,6 +159,8 @@ class _Torch:
             get_grad=base.grad.__get__,
             get_grad_fn=base.grad_fn.__get__,
             storage=base.untyped_storage,
+            storage_nbytes=torch._C.StorageBase.nbytes,
+            storage_key=torch._C.StorageBase._cdata.__get__,
             get_nbytes=base.nbytes.__get__,
             strided=torch.strided,
             no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
@@ -252,53 +259,63 @@ def _special_facts(t: Any, cls: type, tt: _Torch) -> _TensorFacts:
     return _strided_facts(t, tt, "")
 
 
-def facts_batch(values: list[Any], tt: _Torch) -> Optional[list[_TensorFacts]]:
-    """:func:`tensor_facts` for many plain strided tensors at once, or ``None``.
+class _Columns(NamedTuple):
+    """The facts of many tensors, one list per field (the same fields as :class:`_TensorFacts`)."""
 
-    Each C getter is mapped over the whole list: no Python frame per tensor, about twice as
-    fast as one call per tensor on a dict of 10,000 tensors. ``None`` when any value is a
-    subclass, non-strided or nested (those take the general path).
+    device: list[str]
+    dtype: list[str]
+    shape: list[Optional[tuple[int, ...]]]
+    storage_key: list[Optional[int]]
+    storage_bytes: list[int]
+    view_bytes: list[int]
+    requires_grad: list[bool]
+    has_grad_fn: list[bool]
+    note: list[str]
+
+
+def columns_of(facts: list[_TensorFacts]) -> _Columns:
+    """Per-tensor facts turned into columns (the general path)."""
+    if not facts:
+        return _Columns([], [], [], [], [], [], [], [], [])
+    return _Columns(*map(list, zip(*facts)))
+
+
+def facts_columns(values: list[Any], tt: _Torch) -> Optional[_Columns]:
+    """:func:`tensor_facts` for many plain strided tensors at once, as columns, or ``None``.
+
+    Each C getter is mapped over the whole list: no Python frame and no Python-level loop per
+    tensor. ``None`` when any value is a subclass, non-strided or nested (those take the
+    general path, one tensor at a time).
     """
-    plain = (tt.tensor, tt.parameter)
-    if not all(type(v) in plain for v in values):
+    if not values or not set(map(type, values)) <= {tt.tensor, tt.parameter}:
         return None
-    strided = tt.strided
-    if not all(layout is strided for layout in map(tt.get_layout, values)):
+    if set(map(tt.get_layout, values)) != {tt.strided}:
         return None
     try:
         shapes = list(map(tt.get_shape, values))  # nested tensors raise here
         storages = list(map(tt.storage, values))
-        sizes = [s.nbytes() for s in storages]
+        sizes = list(map(tt.storage_nbytes, storages))
     except Exception:
         return None
-    devices = [_DEVICE_TEXT.get(d) or _device_text(d) for d in map(tt.get_device, values)]
-    dtypes = [_DTYPE_TEXT.get(d) or _dtype_text(d) for d in map(tt.get_dtype, values)]
-    out = []
-    for t, device, dtype, shape, storage, size, view, grad in zip(
-        values,
-        devices,
-        dtypes,
-        shapes,
-        storages,
-        sizes,
-        map(tt.get_nbytes, values),
-        map(tt.get_requires_grad, values),
-    ):
-        on_meta = device == "meta"  # meta tensors hold no memory
-        out.append(
-            _TensorFacts(
-                device,
-                dtype,
-                shape,
-                storage._cdata,
-                0 if on_meta else size,
-                0 if on_meta else view,
-                grad,
-                grad and tt.get_grad_fn(t) is not None,
-                "",
-            )
-        )
-    return out
+    devices: list[Any] = list(map(_DEVICE_TEXT.get, map(tt.get_device, values)))
+    if None in devices:
+        devices = [_device_text(d) for d in map(tt.get_device, values)]
+    dtypes: list[Any] = list(map(_DTYPE_TEXT.get, map(tt.get_dtype, values)))
+    if None in dtypes:
+        dtypes = [_dtype_text(d) for d in map(tt.get_dtype, values)]
+    views = list(map(tt.get_nbytes, values))
+    if "meta" in devices:  # meta tensors hold no memory
+        sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
+        views = [0 if d == "meta" else b for d, b in zip(devices, views)]
+    grads = list(map(tt.get_requires_grad, values))
+    n = len(values)
+    if True in grads:
+        get_grad_fn = tt.get_grad_fn
+        graphs = [g and get_grad_fn(t) is not None for t, g in zip(values, grads)]
+    else:
+        graphs = [False] * n
+    keys: list[Optional[int]] = list(map(tt.storage_key, storages))
+    return _Columns(devices, dtypes, shapes, keys, sizes, views, grads, graphs, [""] * n)
 
 
 def _safe_shape(t: Any, tt: _Torch) -> Optional[tuple[int, ...]]:
@@ -432,13 +449,25 @@ class _Accumulator:
     dtypes: set[str] = field(default_factory=set)
     total: int = 0
     tensors: list[tuple[str, str]] = field(default_factory=list)  # (path, device)
+    grads: int = 0  # how many of ``tensors`` are .grad tensors
 
     def add(self, device: str, nbytes: int, dtype: str, path: str) -> None:
-        self.counts[device] = self.counts.get(device, 0) + 1
-        self.bytes[device] = self.bytes.get(device, 0) + nbytes
-        self.dtypes.add(dtype)
-        self.total += nbytes
-        self.tensors.append((path, device))
+        self.add_many([device], [nbytes], [dtype], [path])
+
+    def add_many(
+        self, devices: list[str], nbytes: list[int], dtypes: list[str], paths: list[str]
+    ) -> None:
+        if len(set(devices)) == 1:  # one device (the usual module): no per-tensor loop
+            device = devices[0]
+            self.counts[device] = self.counts.get(device, 0) + len(devices)
+            self.bytes[device] = self.bytes.get(device, 0) + sum(nbytes)
+        else:
+            for device, size in zip(devices, nbytes):
+                self.counts[device] = self.counts.get(device, 0) + 1
+                self.bytes[device] = self.bytes.get(device, 0) + size
+        self.dtypes.update(dtypes)
+        self.total += sum(nbytes)
+        self.tensors.extend(zip(paths, devices))
 
     def shares(self) -> tuple[DeviceShare, ...]:
         order = sorted(self.counts, key=lambda d: (-self.bytes[d], -self.counts[d], d))
@@ -457,6 +486,9 @@ class _Scanner:
         self.max_items = max_items
         self.budget = max_objects
         self.rows: list[Row] = []
+        # Tensors met whose rows are not built yet, and their paths (see flush()).
+        self.pending: list[Any] = []
+        self.pending_paths: list[str] = []
         self.findings: list[Finding] = []
         self.storage_owner: dict[int, str] = {}  # storage key -> first path
         self.param_path: dict[int, str] = {}  # id(tensor) -> path (for optimizer state names)
@@ -469,6 +501,7 @@ class _Scanner:
         self.named_by_device: dict[str, int] = {}
         self.graph_roots: list[tuple[str, str]] = []  # (path, device) of non-leaf tensors
         self._kind_cache: dict[type, str] = {}
+        self._tensor_types: set[type] = set()  # the classes _kind_cache calls "tensor"
         self._dict_cache: dict[type, Any] = {}
 
     def attributes(self, obj: Any) -> Optional[dict[str, Any]]:
@@ -485,6 +518,8 @@ class _Scanner:
         if kind is None:
             kind = self._classify(cls)
             self._kind_cache[cls] = kind
+            if kind == "tensor":
+                self._tensor_types.add(cls)
         return kind
 
     def _classify(self, cls: type) -> str:
@@ -520,10 +555,11 @@ class _Scanner:
         kind = self._kind_cache.get(cls) or self.kind_of(cls)
         if kind == "skip":
             return
+        if kind == "tensor":
+            self.pending.append(obj)  # read in one batch by flush()
+            self.pending_paths.append(path)
+            return
         try:
-            if kind == "tensor":
-                self.tensor_row(obj, path)
-                return
             if depth > self.max_depth:
                 return
             if kind == "optimizer":
@@ -552,10 +588,9 @@ class _Scanner:
         visit, limit, depth = self.visit, self.max_items, depth + 1
         n = dict.__len__(d)
         if n >= BATCH_MIN and n <= limit:
-            keys = list(dict.keys(d))
-            if all(type(k) is str for k in keys) and self._tensor_batch(
-                list(dict.values(d)), lambda: [f"{path}[{k!r}]" for k in keys]
-            ):
+            keys, values = list(dict.keys(d)), list(dict.values(d))
+            if all(type(k) is str for k in keys) and self._only_tensors(values):
+                self._defer(values, [f"{path}[{k!r}]" for k in keys])
                 return
         for i, (key, value) in enumerate(_dict_items(d)):
             if i >= limit:
@@ -575,9 +610,9 @@ class _Scanner:
             n, get = _list_len(seq), _list_get
         limit = min(n, self.max_items)
         values = [get(seq, i) for i in range(limit)]
-        if limit < BATCH_MIN or not self._tensor_batch(
-            values, lambda: [f"{path}[{i}]" for i in range(limit)]
-        ):
+        if limit >= BATCH_MIN and self._only_tensors(values):
+            self._defer(values, [f"{path}[{i}]" for i in range(limit)])
+        else:
             kinds, visit, depth = self._kind_cache, self.visit, depth + 1
             for i, value in enumerate(values):
                 if kinds.get(type(value)) == "skip":  # ints in a long list: no path to build
@@ -586,18 +621,15 @@ class _Scanner:
         if n > limit:
             self._truncate(path, n - limit)
 
-    def _tensor_batch(self, values: list[Any], paths: Callable[[], list[str]]) -> bool:
-        """Rows for a container holding only plain strided tensors, from
-        :func:`facts_batch`. ``False`` (nothing recorded) when a value needs the general path;
-        the paths are only built once the batch is known to apply.
-        """
-        facts = facts_batch(values, self.tt)
-        if facts is None:
-            return False
-        self.visited += len(values)
-        for path, t, f in zip(paths(), values, facts):
-            self._record_tensor(t, path, f)
-        return True
+    def _only_tensors(self, values: list[Any]) -> bool:
+        kinds, kind_of = self._kind_cache, self.kind_of
+        return all((kinds.get(c) or kind_of(c)) == "tensor" for c in set(map(type, values)))
+
+    def _defer(self, tensors: list[Any], paths: list[str]) -> None:
+        """Tensors of a container, visited in one step: their rows come from flush()."""
+        self.visited += len(tensors)
+        self.pending += tensors
+        self.pending_paths += paths
 
     def walk_namedtuple(self, tup: Any, path: str, depth: int) -> None:
         fields = _type_flag(type(tup), "_fields")
@@ -636,58 +668,142 @@ class _Scanner:
             self.visit(value, _attr_path(path, name), depth + 1)
 
     # -- tensors --------------------------------------------------------------------------------
-    def _count(self, facts: _TensorFacts, path: str) -> tuple[int, Optional[str]]:
-        """Bytes this tensor adds to the totals, and who already counted its storage."""
-        if facts.storage_key is None:
-            return facts.storage_bytes, None
-        owner = self.storage_owner.get(facts.storage_key)
+    def _count(
+        self, key: Optional[int], size: int, device: str, path: str
+    ) -> tuple[int, Optional[str]]:
+        """Bytes one tensor adds to the totals, and who already counted its storage."""
+        if self.pending:
+            self.flush()  # tensors met earlier own their storage first
+        if key is None:
+            return size, None
+        owner = self.storage_owner.get(key)
         if owner is not None:
             return 0, owner
-        self.storage_owner[facts.storage_key] = path
-        self.named_by_device[facts.device] = (
-            self.named_by_device.get(facts.device, 0) + facts.storage_bytes
-        )
-        return facts.storage_bytes, None
+        self.storage_owner[key] = path
+        self.named_by_device[device] = self.named_by_device.get(device, 0) + size
+        return size, None
 
-    def tensor_row(self, t: Any, path: str) -> None:
-        self._record_tensor(t, path, tensor_facts(t, self.tt))
+    def _count_many(
+        self, cols: _Columns, paths: list[str]
+    ) -> tuple[list[int], Optional[list[Optional[str]]]]:
+        """:meth:`_count` for a column of tensors; aliases ``None`` when none is an alias.
 
-    def _record_tensor(self, t: Any, path: str, facts: _TensorFacts) -> None:
-        device, dtype, shape, _, storage_bytes, view_bytes, requires_grad, grad_fn, note = facts
-        nbytes, alias = self._count(facts, path)
-        if note:
-            pass
-        elif alias is None:
-            if storage_bytes > 2 * view_bytes > 0:
-                note = "view: keeps a " + format_bytes(storage_bytes) + " storage alive"
-        elif view_bytes < storage_bytes:
-            note = "view"
-        cls = type(t)
-        if requires_grad:  # only trainable tensors can be optimizer parameters
-            self.param_path.setdefault(id(t), path)
-            if grad_fn and alias is None:
-                self.graph_roots.append((path, device))
-        kind = (
-            "parameter"
-            if cls is self.tt.parameter or issubclass(cls, self.tt.parameter)
-            else "tensor"
+        The common case (distinct storages nobody counted yet) is done with set and dict
+        operations over the whole column.
+        """
+        if self.pending:
+            self.flush()  # tensors met earlier own their storage first
+        keys, sizes, devices = cols.storage_key, cols.storage_bytes, cols.device
+        owner = self.storage_owner
+        if None not in keys and len(set(keys)) == len(keys) and owner.keys().isdisjoint(keys):
+            owner.update(zip(cast("list[int]", keys), paths))  # no None: checked above
+            named = self.named_by_device
+            if len(set(devices)) == 1:
+                named[devices[0]] = named.get(devices[0], 0) + sum(sizes)
+            else:
+                for device, size in zip(devices, sizes):
+                    named[device] = named.get(device, 0) + size
+            return sizes, None
+        counted = list(map(self._count, keys, sizes, devices, paths))
+        return [c[0] for c in counted], [c[1] for c in counted]
+
+    def visit_all(self, entries: Iterable[tuple[str, Any]]) -> None:
+        for path, value in entries:
+            self.visit(value, path, 0)
+        self.flush()
+
+    def flush(self) -> None:
+        """Rows for the tensors visited so far, read column-wise.
+
+        Tensors are collected as the walk meets them and read here in one batch: each C
+        getter mapped over thousands of tensors, instead of a Python call chain per tensor.
+        Anything that counts storage flushes first, so the first path to reach a storage
+        owns it, in visit order, exactly as if each tensor were read when met.
+        """
+        tensors, paths = self.pending, self.pending_paths
+        if not tensors:
+            return
+        self.pending, self.pending_paths = [], []
+        cols = facts_columns(tensors, self.tt)
+        if cols is not None:
+            self._record_columns(tensors, paths, cols)
+            return
+        # Subclasses, sparse, nested... in the mix: consecutive runs, in order.
+        plain = (self.tt.tensor, self.tt.parameter)
+        pairs = zip(tensors, paths)
+        for is_plain, run in groupby(pairs, key=lambda pair: type(pair[0]) in plain):
+            items = list(run)
+            tensors, paths = list(map(_first, items)), list(map(_second, items))
+            cols = facts_columns(tensors, self.tt) if is_plain else None
+            if cols is None:
+                tensors, paths, cols = self._facts_one_by_one(tensors, paths)
+            self._record_columns(tensors, paths, cols)
+
+    def _facts_one_by_one(
+        self, tensors: list[Any], paths: list[str]
+    ) -> tuple[list[Any], list[str], _Columns]:
+        """The general path: :func:`tensor_facts` per tensor; one that refuses is skipped."""
+        kept: list[tuple[Any, str, _TensorFacts]] = []
+        for t, path in zip(tensors, paths):
+            try:
+                kept.append((t, path, tensor_facts(t, self.tt)))
+            except Exception:
+                self.skipped_objects += 1
+        return (
+            [t for t, _, _ in kept],
+            [p for _, p, _ in kept],
+            columns_of([f for _, _, f in kept]),
         )
-        # tuple.__new__ skips the NamedTuple's Python-level __new__: 3x cheaper per row.
-        self.rows.append(
-            _new_tuple(
-                Row,
-                (
-                    path,
-                    kind,
-                    cls.__name__,
-                    device,
+
+    def _record_columns(self, values: list[Any], paths: list[str], cols: _Columns) -> None:
+        """One row per tensor. Rows are built by mapping over the columns; the per-tensor
+        Python work is left to the tensors that need it (aliases, views, trainable ones)."""
+        nbytes, aliases = self._count_many(cols, paths)
+        notes = cols.note
+        if aliases is not None or cols.storage_bytes != cols.view_bytes or any(notes):
+            notes = list(
+                map(_row_note, notes, aliases or repeat(None), cols.storage_bytes, cols.view_bytes)
+            )
+        tt = self.tt
+        types_ = list(map(type, values))
+        kinds: Iterable[str]
+        names: Iterable[str]
+        if set(types_) == {tt.tensor}:
+            kinds, names = repeat("tensor"), repeat(tt.tensor.__name__)
+        else:
+            kinds = [
+                "parameter" if c is tt.parameter or issubclass(c, tt.parameter) else "tensor"
+                for c in types_
+            ]
+            names = [c.__name__ for c in types_]
+        if True in cols.requires_grad:  # only trainable tensors can be optimizer parameters
+            for t, path, trainable, graph, alias, device in zip(
+                values,
+                paths,
+                cols.requires_grad,
+                cols.has_grad_fn,
+                aliases or repeat(None),
+                cols.device,
+            ):
+                if trainable:
+                    self.param_path.setdefault(id(t), path)
+                    if graph and alias is None:
+                        self.graph_roots.append((path, device))
+        self.rows.extend(
+            map(
+                _make_row,
+                zip(
+                    paths,
+                    kinds,
+                    names,
+                    cols.device,
                     nbytes,
-                    dtype,
-                    shape,
-                    alias,
-                    requires_grad,
-                    (),
-                    note,
+                    cols.dtype,
+                    cols.shape,
+                    aliases or repeat(None),
+                    cols.requires_grad,
+                    repeat(()),
+                    notes,
                 ),
             )
         )
@@ -700,44 +816,75 @@ class _Scanner:
         attrs_found: list[tuple[str, Any]] = []  # plain tensor attributes
         stack = [(path, mod)]
         seen_modules: set[int] = set()
-        kind_of = self.kind_of
-        owned: list[tuple[str, Any]] = []  # parameters and buffers, facts read in one batch
+        kinds, kind_of, tensor_types = self._kind_cache, self.kind_of, self._tensor_types
+        attributes = self.attributes
+        owned: list[Any] = []  # parameters and buffers, facts read in one batch
+        owned_paths: list[str] = []
         while stack:
             mpath, m = stack.pop()
             if id(m) in seen_modules:
                 continue
             seen_modules.add(id(m))
-            ns = self.attributes(m) or {}
-            for group in ("_parameters", "_buffers"):
-                table = ns.get(group)
-                if type(table) is dict:
+            ns = attributes(m)
+            if ns is None:
+                continue
+            for table in (ns.get("_parameters"), ns.get("_buffers")):
+                if type(table) is dict and table:
                     for name, t in _dict_items(table):
-                        if t is not None and kind_of(type(t)) == "tensor":
-                            owned.append((_attr_path(mpath, str(name)), t))
-            for name, value in _dict_items(ns):
-                if kind_of(type(value)) == "tensor" and type(name) is str:
-                    attrs_found.append((_attr_path(mpath, name), value))
+                        if t is not None and (kinds.get(type(t)) or kind_of(type(t))) == "tensor":
+                            owned.append(t)
+                            owned_paths.append(
+                                f"{mpath}.{name}"
+                                if type(name) is str and name.isidentifier()
+                                else _attr_path(mpath, str(name))
+                            )
+            # Plain tensor attributes are rare: look at the set of value types first.
+            types_here = set(map(type, dict.values(ns)))
+            if not kinds.keys() >= types_here:
+                for cls in types_here:
+                    kind_of(cls)
+            if not tensor_types.isdisjoint(types_here):
+                for name, value in _dict_items(ns):
+                    if type(value) in tensor_types and type(name) is str:
+                        attrs_found.append((_attr_path(mpath, name), value))
             children = ns.get("_modules")
-            if type(children) is dict:
+            if type(children) is dict and children:
                 for name, child in reversed(list(_dict_items(children))):
-                    if child is not None and kind_of(type(child)) == "module":
+                    if (
+                        child is not None
+                        and (kinds.get(type(child)) or kind_of(type(child))) == "module"
+                    ):
                         self.seen.add(id(child))
                         stack.append((_module_child_path(mpath, str(name)), child))
-        tensors = [t for _, t in owned]
-        facts = facts_batch(tensors, self.tt) or [tensor_facts(t, self.tt) for t in tensors]
-        for (tpath, t), f in zip(owned, facts):
-            self._module_tensor(t, tpath, acc, f)
+        self._module_tensors(owned, owned_paths, acc)
         self._module_row(mod, path, acc, attrs_found)
 
-    def _module_tensor(self, t: Any, path: str, acc: _Accumulator, facts: _TensorFacts) -> None:
-        nbytes, _ = self._count(facts, path)
-        self.param_path.setdefault(id(t), path)
-        acc.add(facts.device, nbytes, facts.dtype, path)
-        grad = self.tt.get_grad(t)
-        if grad is not None and self.kind_of(type(grad)) == "tensor":
-            gfacts = tensor_facts(grad, self.tt)
-            gbytes, _ = self._count(gfacts, path + ".grad")
-            acc.add(gfacts.device, gbytes, gfacts.dtype, path + ".grad")
+    def _module_tensors(self, tensors: list[Any], paths: list[str], acc: _Accumulator) -> None:
+        """Parameters and buffers of a module tree, column-wise; then their grads."""
+        tt = self.tt
+        cols = facts_columns(tensors, tt)
+        if cols is None:
+            tensors, paths, cols = self._facts_one_by_one(tensors, paths)
+        nbytes, _ = self._count_many(cols, paths)
+        ids = list(map(id, tensors))
+        if self.param_path.keys().isdisjoint(ids):  # first path wins, as with setdefault
+            self.param_path.update(zip(reversed(ids), reversed(paths)))
+        else:
+            for i, p in zip(ids, paths):
+                self.param_path.setdefault(i, p)
+        acc.add_many(cols.device, nbytes, cols.dtype, paths)
+        grads = list(map(tt.get_grad, tensors))
+        if grads.count(None) == len(grads):
+            return
+        for p, grad in zip(paths, grads):
+            if grad is not None and self.kind_of(type(grad)) == "tensor":
+                gfacts = tensor_facts(grad, tt)
+                gpath = p + ".grad"
+                gbytes, _ = self._count(
+                    gfacts.storage_key, gfacts.storage_bytes, gfacts.device, gpath
+                )
+                acc.add(gfacts.device, gbytes, gfacts.dtype, gpath)
+                acc.grads += 1
 
     def _module_row(
         self, mod: Any, path: str, acc: _Accumulator, attrs: list[tuple[str, Any]]
@@ -762,7 +909,7 @@ class _Scanner:
         dtype = (
             next(iter(acc.dtypes)) if len(acc.dtypes) == 1 else ("mixed" if acc.dtypes else None)
         )
-        n_params = sum(1 for p, _ in acc.tensors if not p.endswith(".grad"))
+        n_params = len(acc.tensors) - acc.grads
         self.rows.append(
             Row(
                 path=path,
@@ -780,7 +927,7 @@ class _Scanner:
         self, apath: str, value: Any, module_device: Optional[str], acc: _Accumulator
     ) -> None:
         facts = tensor_facts(value, self.tt)
-        nbytes, _ = self._count(facts, apath)
+        nbytes, _ = self._count(facts.storage_key, facts.storage_bytes, facts.device, apath)
         acc.add(facts.device, nbytes, facts.dtype, apath)
         owner, _, name = apath.rpartition(".")
         fix = (
@@ -827,7 +974,9 @@ class _Scanner:
                         continue
                     spath = f"{path}.state[{pname}][{_key_text(key) or '?'}]"
                     facts = tensor_facts(value, self.tt)
-                    nbytes, _ = self._count(facts, spath)
+                    nbytes, _ = self._count(
+                        facts.storage_key, facts.storage_bytes, facts.device, spath
+                    )
                     acc.add(facts.device, nbytes, facts.dtype, spath)
                     scalar_step = facts.shape == () and facts.device == "cpu"
                     if pdevice and facts.device != pdevice and not scalar_step:
@@ -875,12 +1024,13 @@ class _Scanner:
     # -- who holds memory that no name accounts for --------------------------------------------
     def measure(self, entries: Iterable[tuple[str, Any]]) -> tuple[dict[str, int], list[str]]:
         """Bytes per device reachable from ``entries`` and not counted yet; leaves no rows."""
+        self.flush()
         before = dict(self.named_by_device)
         n_rows, n_findings, n_opts = len(self.rows), len(self.findings), len(self.optimizers)
         hit: list[str] = []
         for path, value in entries:
             mark = sum(self.named_by_device.values())
-            self.visit(value, path, 0)
+            self.visit_all([(path, value)])
             if sum(self.named_by_device.values()) > mark:
                 hit.append(path)
         del self.rows[n_rows:], self.findings[n_findings:], self.optimizers[n_opts:]
@@ -934,6 +1084,22 @@ class _Scanner:
                         ".requires_grad_()",
                     )
                 )
+
+
+_first, _second = itemgetter(0), itemgetter(1)
+_make_row = partial(_new_tuple, Row)  # a Row from a plain tuple, without Row.__new__'s frame
+
+
+def _row_note(note: str, alias: Optional[str], storage_bytes: int, view_bytes: int) -> str:
+    """A tensor row's note: what the facts said, else whether it is a view of a bigger
+    storage (counted here) or of one another row counted."""
+    if note:
+        return note
+    if alias is None:
+        if storage_bytes > 2 * view_bytes > 0:
+            return "view: keeps a " + format_bytes(storage_bytes) + " storage alive"
+        return ""
+    return "view" if view_bytes < storage_bytes else ""
 
 
 def _traceback_locals(tb: Any) -> list[tuple[str, Any]]:
@@ -1020,14 +1186,15 @@ def scan(
     scanner = _Scanner(_Torch.from_module(torch), max_depth, max_items, max_objects)
     hidden_names = set(hidden)
     with _gc_paused():
-        for name, value in list(_dict_items(dict(namespace))):
-            if type(name) is not str:
-                continue
-            if not include_hidden and (
-                name.startswith("_") or name in hidden_names or name in _IPYTHON_NAMES
-            ):
-                continue
-            scanner.visit(value, name, 0)
+        scanner.visit_all(
+            (name, value)
+            for name, value in list(_dict_items(dict(namespace)))
+            if type(name) is str
+            and (
+                include_hidden
+                or not (name.startswith("_") or name in hidden_names or name in _IPYTHON_NAMES)
+            )
+        )
         scanner.finish_optimizers()
         scanner.grad_on_cpu_findings()
     gpu_records: tuple[Any, ...] = ()
