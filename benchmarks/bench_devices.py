@@ -38,14 +38,62 @@ def make_namespace(scale: int = 1) -> dict[str, Any]:
     return ns
 
 
-def median_ms(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm caches (type classification, imports)
-    samples = []
+def calibration() -> int:
+    """A fixed pure-Python workload: its time says how fast the machine is right now."""
+    total = 0
+    for i in range(100_000):
+        total += i
+    return total
+
+
+class Samples:
+    """Times of one workload, each taken right after a calibration run.
+
+    The development VM switches between a fast and a slow phase (the calibration loop alone
+    varies ~2x within a minute), so a bare median says as much about the machine as about the
+    code. Printing the calibration beside each figure makes runs comparable.
+    """
+
+    def __init__(self, fn: Callable[[], Any], repeat: int) -> None:
+        fn()  # warm caches (type classification, imports)
+        self.ms: list[float] = []
+        self.calibration_ms: list[float] = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            calibration()
+            t1 = time.perf_counter()
+            fn()
+            t2 = time.perf_counter()
+            self.calibration_ms.append((t1 - t0) * 1e3)
+            self.ms.append((t2 - t1) * 1e3)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ms)
+
+    def text(self) -> str:
+        ms = sorted(self.ms)
+        cal = statistics.median(self.calibration_ms)
+        return (
+            f"median {self.median:6.1f} ms (fastest {ms[0]:5.1f}, slowest {ms[-1]:5.1f}; "
+            f"calibration loop median {cal:4.1f} ms)"
+        )
+
+
+def paired_ratio(base: Callable[[], Any], other: Callable[[], Any], repeat: int) -> float:
+    """Median over rounds of other's time / base's time, the two run back to back in each
+    round, so both see the same phase of the machine."""
+    base()
+    other()
+    ratios = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
+        base()
+        t1 = time.perf_counter()
+        other()
+        t2 = time.perf_counter()
+        ratios.append((t2 - t1) / (t1 - t0))
+    return statistics.median(ratios)
 
 
 def gc_walk() -> int:
@@ -60,14 +108,34 @@ def gc_walk() -> int:
     return found
 
 
-def through_shell(ns: dict[str, Any], repeat: int) -> float:
+def through_shell(ns: dict[str, Any], repeat: int) -> tuple[Samples, Samples]:
+    """``%devices -o`` (scan only) and ``%devices`` (scan + display) in a real shell.
+
+    A plain InteractiveShell formats every display for all active mime types, as a notebook
+    kernel does: the second figure includes building the HTML table and the text/plain
+    rendering (the text is printed; stdout is captured here).
+    """
+    import contextlib
+    import io
+
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
     shell.extension_manager.load_extension("torchdevmagic")
     shell.user_ns.update(ns)
+    sink = io.StringIO()
+
+    def shown() -> None:
+        sink.seek(0)
+        sink.truncate()
+        with contextlib.redirect_stdout(sink):
+            shell.run_line_magic("devices", "")
+
     try:
-        return median_ms(lambda: shell.run_line_magic("devices", "-o"), repeat)
+        returned = Samples(lambda: shell.run_line_magic("devices", "-o"), repeat)
+        displayed = Samples(shown, repeat)
+        assert "Total:" in sink.getvalue()  # the report really was rendered
+        return returned, displayed
     finally:
         for key in ns:
             shell.user_ns.pop(key, None)
@@ -78,22 +146,26 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
 
-    print(f"torch {torch.__version__}; median of {args.repeat} runs")
-    for scale in (1, 2, 4):
-        ns = make_namespace(scale)
+    print(f"torch {torch.__version__}; {args.repeat} runs each")
+    spaces = {scale: make_namespace(scale) for scale in (1, 2, 4)}
+    for scale, ns in spaces.items():
         report = scan(ns)
-        ms = median_ms(lambda ns=ns: scan(ns), args.repeat)
+        samples = Samples(lambda ns=ns: scan(ns), args.repeat)
         print(
-            f"scan() scale x{scale}: {len(ns):>5} variables, {len(report.rows):>6} rows, "
-            f"{report.stats.objects_visited:>6} objects visited: {ms:7.1f} ms"
+            f"scan() x{scale}: {len(ns):>5} variables, {len(report.rows):>6} rows, "
+            f"{report.stats.objects_visited:>6} objects visited: {samples.text()}"
         )
-    ns = make_namespace(1)
-    magic_ms = through_shell(ns, args.repeat)
-    scan_ms = median_ms(lambda: scan(ns), args.repeat)
-    gc_ms = median_ms(gc_walk, max(3, args.repeat // 3))
-    print(f"%devices -o through a real InteractiveShell (scale x1): {magic_ms:.1f} ms")
-    print(f"gc.get_objects() tensor walk (same process):          {gc_ms:.1f} ms")
-    print(f"ratio gc walk / scan(): {gc_ms / scan_ms:.1f}x")
+    ns = spaces[1]
+    growth = paired_ratio(lambda: scan(ns), lambda: scan(spaces[4]), args.repeat)
+    print(f"scan() x4 / x1, run back to back: {growth:.1f}x (linear: 4.0x)")
+    del spaces[2], spaces[4]
+    returned, displayed = through_shell(ns, args.repeat)
+    print(f"%devices -o (real InteractiveShell, x1):         {returned.text()}")
+    print(f"%devices, HTML + text rendered (real shell, x1): {displayed.text()}")
+    gc_samples = Samples(gc_walk, max(3, args.repeat // 3))
+    print(f"gc.get_objects() tensor walk (same process):     {gc_samples.text()}")
+    ratio = paired_ratio(lambda: scan(ns), gc_walk, max(3, args.repeat // 3))
+    print(f"gc walk / scan(), run back to back: {ratio:.1f}x")
 
 
 if __name__ == "__main__":

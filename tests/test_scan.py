@@ -166,6 +166,27 @@ def test_grad_tensor_on_cpu_while_model_is_elsewhere() -> None:
     assert not [f for f in report.findings if f.code == "grad_tensor_on_cpu"]
 
 
+def test_grad_tensor_on_cpu_while_model_is_on_a_gpu() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model = nn.Linear(2, 2, device="meta")
+    with FakeTensorMode(allow_non_fake_inputs=True):  # parameters that report cuda:0
+        model.weight = nn.Parameter(torch.empty(2, 2, device="cuda"))
+        model.bias = nn.Parameter(torch.empty(2, device="cuda"))
+    ns = {"model": model, "w": torch.zeros(2, requires_grad=True), "x": torch.zeros(2)}
+    report = run_scan(ns)
+    assert report.row("model").device == "cuda:0"
+    (finding,) = [f for f in report.findings if f.code == "grad_tensor_on_cpu"]
+    assert finding.message == "w requires grad on cpu while the model is on cuda:0"
+    assert finding.fix == "w = w.detach().to('cuda:0').requires_grad_()"
+
+
+def test_totals_are_a_copy() -> None:
+    report = run_scan({"x": torch.zeros(10)})
+    report.totals()["cpu"] = 0
+    assert report.totals() == {"cpu": 40}
+
+
 def test_device_filter_matches_exact_devices() -> None:
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     model[1].to("meta")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from operator import attrgetter
 from typing import Any, Callable, Optional
 
@@ -138,6 +139,11 @@ class DevicesReport(Displayable):
     # -- data for programs -----------------------------------------------------------------
     def totals(self) -> dict[str, int]:
         """Bytes per device, every storage counted once (modules and optimizers included)."""
+        return dict(self._totals)
+
+    @cached_property
+    def _totals(self) -> dict[str, int]:
+        # Every rendering shows the totals; a report can hold tens of thousands of rows.
         out: dict[str, int] = {}
         for r in self.rows:
             if r.breakdown:

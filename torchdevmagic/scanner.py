@@ -489,6 +489,7 @@ class _Scanner:
         # Tensors met whose rows are not built yet, and their paths (see flush()).
         self.pending: list[Any] = []
         self.pending_paths: list[str] = []
+        self.module_rows: list[Row] = []  # also in rows
         self.findings: list[Finding] = []
         self.storage_owner: dict[int, str] = {}  # storage key -> first path
         self.param_path: dict[int, str] = {}  # id(tensor) -> path (for optimizer state names)
@@ -589,7 +590,7 @@ class _Scanner:
         n = dict.__len__(d)
         if n >= BATCH_MIN and n <= limit:
             keys, values = list(dict.keys(d)), list(dict.values(d))
-            if all(type(k) is str for k in keys) and self._only_tensors(values):
+            if set(map(type, keys)) == {str} and self._only_tensors(values):
                 self._defer(values, [f"{path}[{k!r}]" for k in keys])
                 return
         for i, (key, value) in enumerate(_dict_items(d)):
@@ -910,18 +911,18 @@ class _Scanner:
             next(iter(acc.dtypes)) if len(acc.dtypes) == 1 else ("mixed" if acc.dtypes else None)
         )
         n_params = len(acc.tensors) - acc.grads
-        self.rows.append(
-            Row(
-                path=path,
-                kind="module",
-                type_name=type(mod).__name__,
-                device=device,
-                nbytes=acc.total,
-                dtype=dtype,
-                breakdown=shares,
-                note=f"{n_params} tensors" if n_params != 1 else "1 tensor",
-            )
+        row = Row(
+            path=path,
+            kind="module",
+            type_name=type(mod).__name__,
+            device=device,
+            nbytes=acc.total,
+            dtype=dtype,
+            breakdown=shares,
+            note=f"{n_params} tensors" if n_params != 1 else "1 tensor",
         )
+        self.rows.append(row)
+        self.module_rows.append(row)
 
     def _plain_attribute(
         self, apath: str, value: Any, module_device: Optional[str], acc: _Accumulator
@@ -1027,6 +1028,7 @@ class _Scanner:
         self.flush()
         before = dict(self.named_by_device)
         n_rows, n_findings, n_opts = len(self.rows), len(self.findings), len(self.optimizers)
+        n_modules = len(self.module_rows)
         hit: list[str] = []
         for path, value in entries:
             mark = sum(self.named_by_device.values())
@@ -1034,6 +1036,7 @@ class _Scanner:
             if sum(self.named_by_device.values()) > mark:
                 hit.append(path)
         del self.rows[n_rows:], self.findings[n_findings:], self.optimizers[n_opts:]
+        del self.module_rows[n_modules:]
         delta = {d: b - before.get(d, 0) for d, b in self.named_by_device.items()}
         self.named_by_device = before
         return {d: b for d, b in delta.items() if b > 0}, hit
@@ -1066,8 +1069,8 @@ class _Scanner:
 
     # -- cross-row findings -------------------------------------------------------------------
     def grad_on_cpu_findings(self) -> None:
-        accel = {r.device for r in self.rows if r.kind == "module"} | {
-            s.device for r in self.rows if r.kind == "module" for s in r.breakdown
+        accel = {r.device for r in self.module_rows} | {
+            s.device for r in self.module_rows for s in r.breakdown
         }
         accel = {d for d in accel if d.split(":")[0] in _ACCELERATORS}
         if not accel:
