@@ -678,6 +678,26 @@ def test_mixed_containers_fall_back_to_the_general_path() -> None:
     assert len(report.rows) == 20
 
 
+def test_functorch_wrappers_leaked_from_vmap_and_grad() -> None:
+    """Plain-typed tensors without storage (vmap's BatchedTensor, grad's TensorWrapper),
+    alone and in a container big enough for the column-wise path."""
+    leaked: list[Any] = []
+
+    def keep(x: Any) -> Any:
+        leaked.append(x)
+        return x.sin()
+
+    torch.func.vmap(keep)(torch.zeros(3, 2))
+    torch.func.grad(lambda x: keep(x).sum())(torch.zeros(2))
+    ns = {"batched": leaked[0], "wrapped": leaked[1], "many": [torch.zeros(1)] * 20 + leaked}
+    report = run_scan(ns)
+    assert report.row("batched").note == "no storage" and report.row("batched").shape == (2,)
+    assert report.row("wrapped").note == "no storage"
+    assert report.row("many[0]").nbytes == 4 and report.row("many[1]").alias_of == "many[0]"
+    assert report.row("many[20]").note == "no storage"
+    assert report.stats.skipped_objects == 0
+
+
 def test_module_walk_batched_and_general_agree(monkeypatch: Any) -> None:
     from torchdevmagic import scanner
 

@@ -292,11 +292,15 @@ def facts_columns(values: list[Any], tt: _Torch) -> Optional[_Columns]:
     if set(map(tt.get_layout, values)) != {tt.strided}:
         return None
     try:
-        shapes = list(map(tt.get_shape, values))  # nested tensors raise here
-        storages = list(map(tt.storage, values))
-        sizes = list(map(tt.storage_nbytes, storages))
-    except Exception:
+        return _read_columns(values, tt)
+    except Exception:  # nested, or a functorch wrapper without storage: one at a time
         return None
+
+
+def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
+    shapes = list(map(tt.get_shape, values))  # nested tensors raise here
+    storages = list(map(tt.storage, values))  # vmap's BatchedTensor raises here
+    sizes = list(map(tt.storage_nbytes, storages))
     devices: list[Any] = list(map(_DEVICE_TEXT.get, map(tt.get_device, values)))
     if None in devices:
         devices = [_device_text(d) for d in map(tt.get_device, values)]
