@@ -46,6 +46,25 @@ def calibration() -> int:
     return total
 
 
+def back_to_back(
+    first: Callable[[], Any], second: Callable[[], Any], repeat: int
+) -> tuple[list[float], list[float]]:
+    """Milliseconds of ``first`` and ``second`` run one right after the other, ``repeat``
+    times (after one warm-up each): both see the same phase of the machine."""
+    first()
+    second()
+    firsts, seconds = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        first()
+        t1 = time.perf_counter()
+        second()
+        t2 = time.perf_counter()
+        firsts.append((t1 - t0) * 1e3)
+        seconds.append((t2 - t1) * 1e3)
+    return firsts, seconds
+
+
 class Samples:
     """Times of one workload, each taken right after a calibration run.
 
@@ -55,17 +74,7 @@ class Samples:
     """
 
     def __init__(self, fn: Callable[[], Any], repeat: int) -> None:
-        fn()  # warm caches (type classification, imports)
-        self.ms: list[float] = []
-        self.calibration_ms: list[float] = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            calibration()
-            t1 = time.perf_counter()
-            fn()
-            t2 = time.perf_counter()
-            self.calibration_ms.append((t1 - t0) * 1e3)
-            self.ms.append((t2 - t1) * 1e3)
+        self.calibration_ms, self.ms = back_to_back(calibration, fn, repeat)
 
     @property
     def median(self) -> float:
@@ -81,19 +90,9 @@ class Samples:
 
 
 def paired_ratio(base: Callable[[], Any], other: Callable[[], Any], repeat: int) -> float:
-    """Median over rounds of other's time / base's time, the two run back to back in each
-    round, so both see the same phase of the machine."""
-    base()
-    other()
-    ratios = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        base()
-        t1 = time.perf_counter()
-        other()
-        t2 = time.perf_counter()
-        ratios.append((t2 - t1) / (t1 - t0))
-    return statistics.median(ratios)
+    """Median over rounds of other's time / base's time, run back to back."""
+    bases, others = back_to_back(base, other, repeat)
+    return statistics.median(o / b for b, o in zip(bases, others))
 
 
 def gc_walk() -> int:
