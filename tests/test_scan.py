@@ -181,6 +181,31 @@ def test_grad_tensor_on_cpu_while_model_is_on_a_gpu() -> None:
     assert finding.fix == "w = w.detach().to('cuda:0').requires_grad_()"
 
 
+def test_totals_add_tensor_rows_and_module_and_optimizer_breakdowns() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    model[1].to("meta")  # a split module: cpu and meta shares
+    fresh = torch.optim.Adam(nn.Linear(2, 2).parameters())  # no state yet: device "none"
+    ns = {
+        "model": model,
+        "x": torch.zeros(100),
+        "m": torch.zeros(3, device="meta"),
+        "opt": torch.optim.SGD(model[0].parameters(), momentum=0.9),
+        "fresh": fresh,
+    }
+    model[0](torch.zeros(1, 4)).sum().backward()
+    ns["opt"].step()  # momentum buffers: state tensors on cpu
+    report = run_scan(ns)
+    expected: dict[str, int] = {}
+    for r in report.rows:  # the definition, row by row
+        for device, nbytes in [(s.device, s.nbytes) for s in r.breakdown] or [(r.device, r.nbytes)]:
+            expected[device] = expected.get(device, 0) + nbytes
+    expected.pop("none", None)
+    assert report.totals() == expected
+    assert list(report.totals()) == ["cpu", "meta"]
+    linear = (16 + 4) * 4
+    assert report.totals()["cpu"] == 400 + linear + linear + linear  # x, weights, grads, momentum
+
+
 def test_totals_are_a_copy() -> None:
     report = run_scan({"x": torch.zeros(10)})
     report.totals()["cpu"] = 0
