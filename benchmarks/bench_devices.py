@@ -5,7 +5,9 @@ gc.get_objects() walk (the approach pytorch_memlab's reporter takes).
 
 The namespace: 1,000 variables, among them a dict of 10,000 tensors and a model of 1,000
 submodules (2,000 parameters); the rest are small tensors, lists, dicts and plain values.
-"""
+Every figure is printed with the time of a fixed calibration loop taken just before each
+sample (the development VM alternates between a fast and a slow phase); growth and the gc
+comparison are ratios of runs made back to back."""
 
 from __future__ import annotations
 
