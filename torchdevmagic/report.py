@@ -6,8 +6,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import compress
-from operator import attrgetter, not_
+from operator import attrgetter
 from typing import Any, Callable, Optional
 
 from torchdevmagic._display import (
@@ -50,8 +49,6 @@ def _device_order(device: str) -> tuple[int, str, int]:
 
 _BY_PATH = attrgetter("path")
 _BY_SIZE = attrgetter("nbytes")
-_DEVICE = attrgetter("device")
-_BREAKDOWN = attrgetter("breakdown")
 
 
 def sort_rows(rows: list[Row], key: str) -> list[Row]:
@@ -146,17 +143,14 @@ class DevicesReport(Displayable):
 
     @cached_property
     def _totals(self) -> dict[str, int]:
-        # Every rendering shows the totals and a report can hold tens of thousands of rows:
-        # tensor rows are summed per device with C-level passes (few devices, many rows);
-        # modules and optimizers add their per-device breakdown.
-        rows = self.rows
-        split = list(map(bool, map(_BREAKDOWN, rows)))
-        plain = list(compress(rows, map(not_, split)))
-        devices, sizes = list(map(_DEVICE, plain)), list(map(_BY_SIZE, plain))
-        out = {d: sum(compress(sizes, map(d.__eq__, devices))) for d in set(devices)}
-        for r in compress(rows, split):
-            for share in r.breakdown:
-                out[share.device] = out.get(share.device, 0) + share.nbytes
+        # Cached: every rendering shows the totals, and a report can hold 10,000s of rows.
+        out: dict[str, int] = {}
+        for r in self.rows:
+            if r.breakdown:
+                for share in r.breakdown:
+                    out[share.device] = out.get(share.device, 0) + share.nbytes
+            else:
+                out[r.device] = out.get(r.device, 0) + r.nbytes
         out.pop("none", None)  # an optimizer before its first step holds nothing
         return dict(sorted(out.items(), key=lambda kv: _device_order(kv[0])))
 
