@@ -700,7 +700,7 @@ class _Scanner:
             self.flush()  # tensors met earlier own their storage first
         keys, sizes, devices = cols.storage_key, cols.storage_bytes, cols.device
         owner = self.storage_owner
-        if None not in keys and len(set(keys)) == len(keys) and owner.keys().isdisjoint(keys):
+        if _all_new(keys, owner):
             owner.update(zip(cast("list[int]", keys), paths))  # no None: checked above
             named = self.named_by_device
             if len(set(devices)) == 1:
@@ -765,7 +765,7 @@ class _Scanner:
         Python work is left to the tensors that need it (aliases, views, trainable ones)."""
         nbytes, aliases = self._count_many(cols, paths)
         notes = cols.note
-        if aliases is not None or cols.storage_bytes != cols.view_bytes or any(notes):
+        if not _no_notes(cols, aliases):
             notes = list(
                 map(_row_note, notes, aliases or repeat(None), cols.storage_bytes, cols.view_bytes)
             )
@@ -1095,6 +1095,17 @@ class _Scanner:
 
 _first, _second = itemgetter(0), itemgetter(1)
 _make_row = partial(_new_tuple, Row)  # a Row from a plain tuple, without Row.__new__'s frame
+
+
+def _all_new(keys: list[Optional[int]], owner: dict[int, str]) -> bool:
+    """Whether a column of storages can be counted at once: none missing (``None``), none
+    repeated, none counted before."""
+    return None not in keys and len(set(keys)) == len(keys) and owner.keys().isdisjoint(keys)
+
+
+def _no_notes(cols: _Columns, aliases: Optional[list[Optional[str]]]) -> bool:
+    """Whether no row of a column needs a note: no facts note, no alias, no view."""
+    return aliases is None and cols.storage_bytes == cols.view_bytes and not any(cols.note)
 
 
 def _row_note(note: str, alias: Optional[str], storage_bytes: int, view_bytes: int) -> str:

@@ -1,0 +1,110 @@
+"""The fast scan must report exactly what the one-tensor-at-a-time scan reports.
+
+``scan()`` takes shortcuts for speed: it reads plain tensors in batches (``facts_columns``),
+visits big containers in one step (``BATCH_MIN``), counts a column of new storages at once
+(``_all_new``) and skips the per-row note logic when no row can need one (``_no_notes``).
+Random namespaces mixing aliases, views, parameters, meta and sparse tensors, tensor
+subclasses, modules and optimizers are scanned with every shortcut on and with every shortcut
+off; rows, findings, totals and statistics must be identical.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from torchdevmagic import scan, scanner
+from torchdevmagic.report import DevicesReport
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass: never takes the column-wise path."""
+
+
+def _pool(draw: Any) -> list[Any]:
+    """Tensors that share storage in every way the scanner tells apart."""
+    pool: list[Any] = []
+    for _ in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(1, 40))
+        dtype = draw(st.sampled_from([torch.float32, torch.int8, torch.float64]))
+        device = draw(st.sampled_from(["cpu", "cpu", "cpu", "meta"]))
+        base = torch.zeros(n, dtype=dtype, device=device)
+        if dtype.is_floating_point and draw(st.booleans()):
+            base.requires_grad_()
+        pool.append(base)
+        if n > 3 and draw(st.booleans()):
+            pool.append(base.detach()[: n // 4])  # a view that keeps a bigger storage alive
+        if draw(st.booleans()):
+            pool.append(base)  # the same object again
+        if draw(st.booleans()):
+            pool.append(nn.Parameter(base.detach(), dtype.is_floating_point))  # same storage
+        if draw(st.booleans()):
+            pool.append(base.detach().as_subclass(Tagged))
+        if base.requires_grad and draw(st.booleans()):
+            pool.append(base * 2)  # a graph root
+    if draw(st.booleans()):
+        pool.append(torch.eye(3).to_sparse())
+    return pool
+
+
+@st.composite
+def namespaces(draw: Any) -> dict[str, Any]:
+    pool = _pool(draw)
+    # Mostly fresh tensors (batches with no alias take the fastest path), some from the pool.
+    fresh = st.builds(torch.zeros, st.integers(1, 8))
+    pick = st.one_of(fresh, fresh, st.sampled_from(pool))
+    ns: dict[str, Any] = {}
+    for i in range(draw(st.integers(1, 8))):
+        shape = draw(st.sampled_from(["tensor", "list", "dict", "nested", "module"]))
+        if shape == "tensor":
+            ns[f"t{i}"] = draw(pick)
+        elif shape == "list":
+            ns[f"xs{i}"] = draw(st.lists(pick, max_size=40))
+        elif shape == "dict":
+            values = draw(st.lists(pick, max_size=40))
+            ns[f"d{i}"] = {f"k{j}": v for j, v in enumerate(values)}
+        elif shape == "nested":
+            ns[f"n{i}"] = {"a": draw(st.lists(pick, max_size=20)), "b": (draw(pick), 3)}
+        else:
+            model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 2))
+            if draw(st.booleans()):
+                model[1].to("meta")  # split across devices
+            if draw(st.booleans()):
+                model[0].stray = draw(pick)  # a plain tensor attribute
+            ns[f"model{i}"] = model
+            if draw(st.booleans()):
+                ns[f"w{i}"] = model[0].weight  # alias of a parameter
+            if draw(st.booleans()):
+                ns[f"opt{i}"] = torch.optim.SGD(model[0].parameters(), lr=0.1)
+    return ns
+
+
+def _same(a: DevicesReport, b: DevicesReport) -> None:
+    assert a.rows == b.rows
+    assert a.findings == b.findings
+    assert a.totals() == b.totals()
+    assert a.stats == b.stats
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(namespaces())
+def test_fast_and_one_at_a_time_scans_agree(ns: dict[str, Any]) -> None:
+    fast = scan(ns, gpus=False)
+    with mock.patch.multiple(
+        scanner,
+        facts_columns=lambda values, tt: None,
+        BATCH_MIN=10**9,
+        _all_new=lambda keys, owner: False,
+        _no_notes=lambda cols, aliases: False,
+    ):
+        slow = scan(ns, gpus=False)
+    _same(fast, slow)
