@@ -11,6 +11,10 @@ How the walk stays safe on hostile objects:
   descriptors; properties and ``__getattr__`` are never touched.
 * Tensor metadata is read through ``torch._C.TensorBase`` descriptors; for tensor subclasses
   with ``__torch_function__`` that happens with subclass dispatch disabled.
+* Speed: tensors are collected as the walk meets them and read in one batch (each C getter
+  mapped over the whole list, see :meth:`_Scanner.flush`); storage ownership still follows
+  visit order. ``tests/test_scan_equivalence.py`` checks the shortcuts against the
+  one-tensor-at-a-time path.
 * Every object is inspected inside ``try``: one that refuses is counted and skipped.
 
 The report holds only strings and numbers, so ``del x`` frees ``x`` even if a report is kept.
