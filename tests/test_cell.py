@@ -7,6 +7,8 @@ import linecache
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from IPython.core.error import UsageError
 
 MAGICS = ["%%devcheck", "%%cuda_time -q --device cpu"]
@@ -76,3 +78,44 @@ def test_devcheck_options_are_parsed_per_line(shell: Any) -> None:
         assert "ran" not in shell.user_ns
     for line in ("--full", "", "--full"):
         assert shell.run_cell(f"%%devcheck {line}\nv = 3\nv").result == 3
+
+
+# --- plain Python skips IPython's tokenizing pass ---------------------------------------------
+
+_PIECES = [*"ab=1() \t\n,;/.>:[]#'\"\\x\r%!?", "In [", ">>> ", "...", "def f():\n", "    ", "'''"]
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
+def test_plain_python_is_what_ipythons_transforms_leave_alone(cell: str) -> None:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    from torchdevmagic.magics._cell import plain_python
+
+    if plain_python(cell):
+        expected = cell if cell.endswith("\n") else cell + "\n"
+        assert TransformerManager().transform_cell(cell) == expected
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "a = 1\nb = a + 1",
+        "a = 1\nb = a + 1\n",
+        "x = [1,\n     2]\nx",
+        "def f():\n    ...\nf()",  # '...' at a line start: IPython's prompt stripper decides
+        "a = 1\n%time b = 2",
+        "a = 1\nb = !echo hi",
+        "a = 1\nlen?",
+        "    a = 1\n    b = 2",  # indented cell
+        ">>> a = 1\n>>> b = 2",
+        "In [1]: a = 1\n   ...: b = 2",
+        "\n\na = 1\nb = 2",
+        "a = 1\n   \nb = 2",
+        "a = 1",  # one line: dynamic transforms (automagic) stay with the shell
+    ],
+)
+def test_transform_cell_matches_the_shells_own(shell: Any, cell: str) -> None:
+    from torchdevmagic.magics._cell import transform_cell
+
+    assert transform_cell(shell, cell) == shell.transform_cell(cell)

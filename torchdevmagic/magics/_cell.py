@@ -58,14 +58,54 @@ def _static_transform(manager: Any, cell: str) -> str:
     return static
 
 
+_PROMPT_OR_ESCAPE = (",", ";", "/", ">>>", "...", "In [")
+
+
+def plain_python(cell: str) -> bool:
+    """Whether IPython's default static transformations leave ``cell`` as it is (but for a
+    final newline): no ``%``, ``!`` or ``?`` anywhere, no line starting with an escape
+    (``,`` ``;`` ``/``) or a prompt (``>>>``, ``...``, ``In [``), no whitespace-only line, and
+    a first line that is neither blank nor indented. Conservative: ``False`` only costs the
+    tokenizing pass. Checked against ``TransformerManager.transform_cell`` by the tests."""
+    if not cell or cell[0] in " \t\r\n\f\v":
+        return False
+    if "%" in cell or "!" in cell or "?" in cell:
+        return False
+    for line in cell.splitlines():
+        stripped = line.strip()
+        if (line and not stripped) or stripped.startswith(_PROMPT_OR_ESCAPE):
+            return False
+    return True
+
+
+_DEFAULT_TRANSFORMS: list[tuple[list[Any], list[Any], list[Any]]] = []
+
+
+def _default_transforms(manager: Any) -> bool:
+    """Whether ``manager`` holds IPython's default transformers and nothing else."""
+    if not _DEFAULT_TRANSFORMS:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        fresh = TransformerManager()
+        _DEFAULT_TRANSFORMS.append(
+            (fresh.cleanup_transforms, fresh.line_transforms, fresh.token_transformers)
+        )
+    mine = (manager.cleanup_transforms, manager.line_transforms, manager.token_transformers)
+    return mine == _DEFAULT_TRANSFORMS[0]
+
+
 def transform_cell(shell: Any, cell: str) -> str:
-    """``shell.transform_cell(cell)`` with the static part cached (it tokenizes the whole cell,
-    ~100 µs for a few lines). IPython applies its *dynamic* transformations (automagic,
-    autocall: they depend on the namespace) only to single-line cells, and post-transformers
-    may do anything: in those cases the shell does all of it, uncached."""
+    """``shell.transform_cell(cell)``, skipping or caching its static part (it tokenizes the
+    whole cell, ~100 µs for a few lines): a multi-line cell of plain Python comes back as it
+    is, other cells' static transformations are remembered. IPython applies its *dynamic*
+    transformations (automagic, autocall: they depend on the namespace) only to single-line
+    cells, and post-transformers may do anything: in those cases the shell does all of it,
+    uncached."""
     manager = getattr(shell, "input_transformer_manager", None)
     if manager is None or getattr(shell, "input_transformers_post", None):
         return str(shell.transform_cell(cell))
+    if "\n" in cell.rstrip("\n") and plain_python(cell) and _default_transforms(manager):
+        return cell if cell.endswith("\n") else cell + "\n"
     static = _static_transform(manager, cell)
     if len(static.splitlines()) == 1:
         return str(shell.transform_cell(cell))
