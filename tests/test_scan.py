@@ -140,6 +140,21 @@ def test_plain_tensor_attribute_is_named_with_register_buffer() -> None:
     assert same.severity == "note"
 
 
+def test_plain_attribute_of_a_tensor_subclass_defined_after_import() -> None:
+    class Marked(torch.Tensor):  # a class the scanner has never seen
+        pass
+
+    class Deeper(Marked):
+        pass
+
+    net = nn.Linear(2, 2)
+    net.mark = torch.zeros(2).as_subclass(Deeper)
+    report = run_scan({"net": net})
+    (finding,) = [f for f in report.findings if f.code == "plain_tensor_attribute"]
+    assert finding.path == "net.mark"
+    assert report.row("net").note == "3 tensors"
+
+
 def test_optimizer_state_is_counted_and_checked_against_its_parameters() -> None:
     model = nn.Linear(4, 2)
     opt = torch.optim.Adam(model.parameters())

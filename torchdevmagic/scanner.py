@@ -510,7 +510,7 @@ class _Scanner:
         self.named_by_device: dict[str, int] = {}
         self.graph_roots: list[tuple[str, str]] = []  # (path, device) of non-leaf tensors
         self._kind_cache: dict[type, str] = {}
-        self._tensor_types: set[type] = set()  # the classes _kind_cache calls "tensor"
+        self.tensor_types = _subclasses(tt.tensor)  # every class whose kind is "tensor"
         self._dict_cache: dict[type, Any] = {}
 
     def attributes(self, obj: Any) -> Optional[dict[str, Any]]:
@@ -527,8 +527,6 @@ class _Scanner:
         if kind is None:
             kind = self._classify(cls)
             self._kind_cache[cls] = kind
-            if kind == "tensor":
-                self._tensor_types.add(cls)
         return kind
 
     def _classify(self, cls: type) -> str:
@@ -825,7 +823,7 @@ class _Scanner:
         attrs_found: list[tuple[str, Any]] = []  # plain tensor attributes
         stack = [(path, mod)]
         seen_modules: set[int] = set()
-        kinds, kind_of, tensor_types = self._kind_cache, self.kind_of, self._tensor_types
+        kinds, kind_of, tensor_types = self._kind_cache, self.kind_of, self.tensor_types
         attributes = self.attributes
         owned: list[Any] = []  # parameters and buffers, facts read in one batch
         owned_paths: list[str] = []
@@ -847,12 +845,8 @@ class _Scanner:
                                 if type(name) is str and name.isidentifier()
                                 else _attr_path(mpath, str(name))
                             )
-            # Plain tensor attributes are rare: look at the set of value types first.
-            types_here = set(map(type, dict.values(ns)))
-            if not kinds.keys() >= types_here:
-                for cls in types_here:
-                    kind_of(cls)
-            if not tensor_types.isdisjoint(types_here):
+            # Plain tensor attributes are rare: one C-level pass over the value types first.
+            if not tensor_types.isdisjoint(map(type, dict.values(ns))):
                 for name, value in _dict_items(ns):
                     if type(value) in tensor_types and type(name) is str:
                         attrs_found.append((_attr_path(mpath, name), value))
@@ -1122,6 +1116,21 @@ def _row_note(note: str, alias: Optional[str], storage_bytes: int, view_bytes: i
             return "view: keeps a " + format_bytes(storage_bytes) + " storage alive"
         return ""
     return "view" if view_bytes < storage_bytes else ""
+
+
+def _subclasses(cls: type) -> frozenset[type]:
+    """``cls`` and every class that now derives from it, through the C-level
+    ``type.__subclasses__`` (a metaclass cannot override it). ``issubclass(c, cls)`` holds
+    exactly for these (torch's tensor metaclass adds no virtual subclasses)."""
+    found: set[type] = {cls}
+    stack = [cls]
+    while stack:
+        subs: list[type] = type.__subclasses__(stack.pop())
+        for sub in subs:
+            if sub not in found:
+                found.add(sub)
+                stack.append(sub)
+    return frozenset(found)
 
 
 def _traceback_locals(tb: Any) -> list[tuple[str, Any]]:
