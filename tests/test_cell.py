@@ -119,3 +119,11 @@ def test_transform_cell_matches_the_shells_own(shell: Any, cell: str) -> None:
     from torchdevmagic.magics._cell import transform_cell
 
     assert transform_cell(shell, cell) == shell.transform_cell(cell)
+
+
+@pytest.mark.parametrize("brk", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028"])
+def test_cells_with_other_line_breaks_take_ipythons_path(shell: Any, brk: str) -> None:
+    from torchdevmagic.magics._cell import transform_cell
+
+    for cell in (f"{brk}x = 1\ny = 2", f"x = 1{brk}y = 2\nz = 3"):
+        assert transform_cell(shell, cell) == shell.transform_cell(cell)

@@ -155,6 +155,51 @@ def test_plain_attribute_of_a_tensor_subclass_defined_after_import() -> None:
     assert report.row("net").note == "3 tensors"
 
 
+def test_tensor_subclasses_with_hostile_metaclasses_run_no_code_and_break_nothing() -> None:
+    """A metaclass may make its classes unhashable, or give them a raising ``__hash__`` or
+    ``__name__``: classes are never hashed or asked their name through the metaclass."""
+    calls: list[str] = []
+
+    class Unhashable(type(torch.Tensor)):  # type: ignore[misc]  # noqa: PLW1641
+        def __eq__(cls, other: object) -> bool:  # makes its classes unhashable
+            calls.append("eq")
+            return cls is other
+
+    class Hostile(type(torch.Tensor)):  # type: ignore[misc]
+        def __hash__(cls) -> int:
+            calls.append("hash")
+            raise RuntimeError("hash")
+
+        @property
+        def __name__(cls) -> str:  # type: ignore[override]
+            calls.append("name")
+            raise RuntimeError("name")
+
+    class Lonely(torch.Tensor, metaclass=Unhashable):  # exists, no instance anywhere
+        pass
+
+    class Loud(torch.Tensor, metaclass=Hostile):
+        pass
+
+    loud = torch.ones(2).as_subclass(Loud)
+    ns = {"t": loud, "x": torch.ones(3), "many": [torch.ones(1) for _ in range(20)] + [loud]}
+    report = run_scan(ns)
+    assert report.row("x").nbytes == 12
+    assert report.row("t").type_name == "Loud" and report.row("t").nbytes == 8
+    assert report.row("many[20]").alias_of == "t"
+    assert calls == []
+    assert Lonely.__mro__[1] is torch.Tensor
+
+
+def test_the_object_budget_holds_for_containers_visited_in_one_step() -> None:
+    mixed = [torch.zeros(2) for _ in range(19)] + [torch.eye(2).to_sparse()]
+    report = run_scan({"xs": mixed, "ys": [torch.zeros(2) for _ in range(20)]}, max_objects=5)
+    # xs itself and four of its tensors fill the budget; the other 16 and ys are skipped
+    assert [r.path for r in report.rows] == ["xs[0]", "xs[1]", "xs[2]", "xs[3]"]
+    assert report.stats.skipped_objects == 17
+    assert report.totals() == {"cpu": 32}
+
+
 def test_optimizer_state_is_counted_and_checked_against_its_parameters() -> None:
     model = nn.Linear(4, 2)
     opt = torch.optim.Adam(model.parameters())

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import groupby, repeat
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, cast
 
 from torchdevmagic._format import format_bytes, plural
@@ -291,7 +291,7 @@ def facts_columns(values: list[Any], tt: _Torch) -> Optional[_Columns]:
     tensor. ``None`` when any value is a subclass, non-strided or nested (those take the
     general path, one tensor at a time).
     """
-    if not values or not set(map(type, values)) <= {tt.tensor, tt.parameter}:
+    if not values or not set(map(id, map(type, values))) <= {id(tt.tensor), id(tt.parameter)}:
         return None
     if set(map(tt.get_layout, values)) != {tt.strided}:
         return None
@@ -509,24 +509,30 @@ class _Scanner:
         self.optimizers: list[tuple[str, Any]] = []
         self.named_by_device: dict[str, int] = {}
         self.graph_roots: list[tuple[str, str]] = []  # (path, device) of non-leaf tensors
-        self._kind_cache: dict[type, str] = {}
-        self.tensor_types = _subclasses(tt.tensor)  # every class whose kind is "tensor"
-        self._dict_cache: dict[type, Any] = {}
+        # Per-class caches are keyed by id(class), never by the class: a metaclass may define
+        # __hash__ or __eq__ (user code, or unhashable). _classes keeps each class alive so
+        # its id cannot be reused during the scan.
+        self._kind_cache: dict[int, str] = {}
+        self._dict_cache: dict[int, Any] = {}
+        self._classes: list[type] = []
+        self.tensor_type_ids = _subclass_ids(tt.tensor)  # every class whose kind is "tensor"
 
     def attributes(self, obj: Any) -> Optional[dict[str, Any]]:
         """``instance_attributes`` with the per-type descriptor looked up once per scan."""
         cls = type(obj)
-        descriptor = self._dict_cache.get(cls, False)
+        descriptor = self._dict_cache.get(id(cls), False)
         if descriptor is False:
-            descriptor = self._dict_cache[cls] = dict_descriptor(cls)
+            descriptor = self._dict_cache[id(cls)] = dict_descriptor(cls)
+            self._classes.append(cls)
         return instance_attributes(obj, descriptor)
 
     # -- classification -----------------------------------------------------------------------
     def kind_of(self, cls: type) -> str:
-        kind = self._kind_cache.get(cls)
+        kind = self._kind_cache.get(id(cls))
         if kind is None:
             kind = self._classify(cls)
-            self._kind_cache[cls] = kind
+            self._kind_cache[id(cls)] = kind
+            self._classes.append(cls)
         return kind
 
     def _classify(self, cls: type) -> str:
@@ -559,7 +565,7 @@ class _Scanner:
             self.skipped_objects += 1
             return
         cls = type(obj)
-        kind = self._kind_cache.get(cls) or self.kind_of(cls)
+        kind = self._kind_cache.get(id(cls)) or self.kind_of(cls)
         if kind == "skip":
             return
         if kind == "tensor":
@@ -596,7 +602,7 @@ class _Scanner:
         n = dict.__len__(d)
         if n >= BATCH_MIN and n <= limit:
             keys, values = list(dict.keys(d)), list(dict.values(d))
-            if set(map(type, keys)) == {str} and self._only_tensors(values):
+            if set(map(type, keys)) == {str} and self._fits(values) and self._only_tensors(values):
                 self._defer(values, [f"{path}[{k!r}]" for k in keys])
                 return
         for i, (key, value) in enumerate(_dict_items(d)):
@@ -617,20 +623,25 @@ class _Scanner:
             n, get = _list_len(seq), _list_get
         limit = min(n, self.max_items)
         values = [get(seq, i) for i in range(limit)]
-        if limit >= BATCH_MIN and self._only_tensors(values):
+        if limit >= BATCH_MIN and self._fits(values) and self._only_tensors(values):
             self._defer(values, [f"{path}[{i}]" for i in range(limit)])
         else:
             kinds, visit, depth = self._kind_cache, self.visit, depth + 1
             for i, value in enumerate(values):
-                if kinds.get(type(value)) == "skip":  # ints in a long list: no path to build
+                if kinds.get(id(type(value))) == "skip":  # ints in a long list: no path to build
                     continue
                 visit(value, f"{path}[{i}]", depth)
         if n > limit:
             self._truncate(path, n - limit)
 
+    def _fits(self, values: list[Any]) -> bool:
+        """Whether visiting all of ``values`` stays within the whole-scan object budget."""
+        return self.visited + len(values) <= self.budget
+
     def _only_tensors(self, values: list[Any]) -> bool:
+        classes = {id(c): c for c in map(type, values)}  # keyed by id: see __init__
         kinds, kind_of = self._kind_cache, self.kind_of
-        return all((kinds.get(c) or kind_of(c)) == "tensor" for c in set(map(type, values)))
+        return all((kinds.get(i) or kind_of(c)) == "tensor" for i, c in classes.items())
 
     def _defer(self, tensors: list[Any], paths: list[str]) -> None:
         """Tensors of a container, visited in one step: their rows come from flush()."""
@@ -736,9 +747,11 @@ class _Scanner:
             self._record_columns(tensors, paths, cols)
             return
         # Subclasses, sparse, nested... in the mix: consecutive runs, in order.
-        plain = (self.tt.tensor, self.tt.parameter)
+        tensor, parameter = self.tt.tensor, self.tt.parameter
         pairs = zip(tensors, paths)
-        for is_plain, run in groupby(pairs, key=lambda pair: type(pair[0]) in plain):
+        for is_plain, run in groupby(
+            pairs, key=lambda pair: type(pair[0]) is tensor or type(pair[0]) is parameter
+        ):
             items = list(run)
             tensors, paths = list(map(_first, items)), list(map(_second, items))
             cols = facts_columns(tensors, self.tt) if is_plain else None
@@ -775,14 +788,14 @@ class _Scanner:
         types_ = list(map(type, values))
         kinds: Iterable[str]
         names: Iterable[str]
-        if set(types_) == {tt.tensor}:
-            kinds, names = repeat("tensor"), repeat(tt.tensor.__name__)
+        if all(map(is_, types_, repeat(tt.tensor))):
+            kinds, names = repeat("tensor"), repeat("Tensor")
         else:
             kinds = [
                 "parameter" if c is tt.parameter or issubclass(c, tt.parameter) else "tensor"
                 for c in types_
             ]
-            names = [c.__name__ for c in types_]
+            names = list(map(_class_name, types_))
         if True in cols.requires_grad:  # only trainable tensors can be optimizer parameters
             for t, path, trainable, graph, alias, device in zip(
                 values,
@@ -823,7 +836,7 @@ class _Scanner:
         attrs_found: list[tuple[str, Any]] = []  # plain tensor attributes
         stack = [(path, mod)]
         seen_modules: set[int] = set()
-        kinds, kind_of, tensor_types = self._kind_cache, self.kind_of, self.tensor_types
+        kinds, kind_of, tensor_ids = self._kind_cache, self.kind_of, self.tensor_type_ids
         attributes = self.attributes
         owned: list[Any] = []  # parameters and buffers, facts read in one batch
         owned_paths: list[str] = []
@@ -838,7 +851,10 @@ class _Scanner:
             for table in (ns.get("_parameters"), ns.get("_buffers")):
                 if type(table) is dict and table:
                     for name, t in _dict_items(table):
-                        if t is not None and (kinds.get(type(t)) or kind_of(type(t))) == "tensor":
+                        if (
+                            t is not None
+                            and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor"
+                        ):
                             owned.append(t)
                             owned_paths.append(
                                 f"{mpath}.{name}"
@@ -846,16 +862,16 @@ class _Scanner:
                                 else _attr_path(mpath, str(name))
                             )
             # Plain tensor attributes are rare: one C-level pass over the value types first.
-            if not tensor_types.isdisjoint(map(type, dict.values(ns))):
+            if not tensor_ids.isdisjoint(map(id, map(type, dict.values(ns)))):
                 for name, value in _dict_items(ns):
-                    if type(value) in tensor_types and type(name) is str:
+                    if id(type(value)) in tensor_ids and type(name) is str:
                         attrs_found.append((_attr_path(mpath, name), value))
             children = ns.get("_modules")
             if type(children) is dict and children:
                 for name, child in reversed(list(_dict_items(children))):
                     if (
                         child is not None
-                        and (kinds.get(type(child)) or kind_of(type(child))) == "module"
+                        and (kinds.get(id(type(child))) or kind_of(type(child))) == "module"
                     ):
                         self.seen.add(id(child))
                         stack.append((_module_child_path(mpath, str(name)), child))
@@ -1092,6 +1108,7 @@ class _Scanner:
 
 
 _first, _second = itemgetter(0), itemgetter(1)
+_class_name = type.__dict__["__name__"].__get__  # not a metaclass's __name__ property
 _make_row = partial(_new_tuple, Row)  # a Row from a plain tuple, without Row.__new__'s frame
 
 
@@ -1118,17 +1135,18 @@ def _row_note(note: str, alias: Optional[str], storage_bytes: int, view_bytes: i
     return "view" if view_bytes < storage_bytes else ""
 
 
-def _subclasses(cls: type) -> frozenset[type]:
-    """``cls`` and every class that now derives from it, through the C-level
+def _subclass_ids(cls: type) -> frozenset[int]:
+    """The ids of ``cls`` and of every class that now derives from it, through the C-level
     ``type.__subclasses__`` (a metaclass cannot override it). ``issubclass(c, cls)`` holds
-    exactly for these (torch's tensor metaclass adds no virtual subclasses)."""
-    found: set[type] = {cls}
+    exactly for these (torch's tensor metaclass adds no virtual subclasses). Ids, not
+    classes: hashing a class may run its metaclass's ``__hash__``."""
+    found = {id(cls)}
     stack = [cls]
     while stack:
         subs: list[type] = type.__subclasses__(stack.pop())
         for sub in subs:
-            if sub not in found:
-                found.add(sub)
+            if id(sub) not in found:
+                found.add(id(sub))
                 stack.append(sub)
     return frozenset(found)
 

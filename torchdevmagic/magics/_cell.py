@@ -59,17 +59,22 @@ def _static_transform(manager: Any, cell: str) -> str:
 
 
 _PROMPT_OR_ESCAPE = (",", ";", "/", ">>>", "...", "In [")
+# What str.splitlines() breaks lines at besides "\n" (IPython splits cells with it).
+_OTHER_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def plain_python(cell: str) -> bool:
     """Whether IPython's default static transformations leave ``cell`` as it is (but for a
     final newline): no ``%``, ``!`` or ``?`` anywhere, no line starting with an escape
     (``,`` ``;`` ``/``) or a prompt (``>>>``, ``...``, ``In [``), no whitespace-only line, and
-    a first line that is neither blank nor indented. Conservative: ``False`` only costs the
-    tokenizing pass. Checked against ``TransformerManager.transform_cell`` by the tests."""
-    if not cell or cell[0] in " \t\r\n\f\v":
+    a first line that is neither blank nor indented, no line break but ``\n``. Conservative:
+    ``False`` only costs the tokenizing pass. Checked against
+    ``TransformerManager.transform_cell`` by the tests. One difference remains: a cell with
+    inconsistent dedents fails in ``compile`` (IndentationError at the cell's line) rather
+    than in IPython's tokenizer."""
+    if not cell or cell[0].isspace():
         return False
-    if "%" in cell or "!" in cell or "?" in cell:
+    if "%" in cell or "!" in cell or "?" in cell or any(c in cell for c in _OTHER_BREAKS):
         return False
     for line in cell.splitlines():
         stripped = line.strip()
