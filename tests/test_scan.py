@@ -191,6 +191,29 @@ def test_tensor_subclasses_with_hostile_metaclasses_run_no_code_and_break_nothin
     assert Lonely.__mro__[1] is torch.Tensor
 
 
+def test_a_metaclass_getattribute_is_never_called() -> None:
+    calls: list[str] = []
+
+    class Watching(type):
+        def __getattribute__(cls, name: str) -> Any:
+            calls.append(name)
+            return super().__getattribute__(name)
+
+    class Config(metaclass=Watching):
+        pass
+
+    class Slotted(metaclass=Watching):
+        __slots__ = ("w",)
+
+    cfg, slotted = Config(), Slotted()
+    cfg.w = torch.zeros(2)  # type: ignore[attr-defined]
+    slotted.w = torch.zeros(3)
+    calls.clear()
+    report = run_scan({"cfg": cfg, "slotted": slotted})
+    assert {r.path for r in report.rows} == {"cfg.w", "slotted.w"}
+    assert calls == []
+
+
 def test_the_object_budget_holds_for_containers_visited_in_one_step() -> None:
     mixed = [torch.zeros(2) for _ in range(19)] + [torch.eye(2).to_sparse()]
     report = run_scan({"xs": mixed, "ys": [torch.zeros(2) for _ in range(20)]}, max_objects=5)

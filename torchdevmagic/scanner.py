@@ -105,6 +105,10 @@ _list_get = list.__getitem__
 _tuple_len = tuple.__len__
 _tuple_get = tuple.__getitem__
 _type_dict = type.__dict__["__dict__"].__get__
+# A class's MRO and module read through type's own descriptors: a metaclass's
+# __getattribute__ or properties (user code) are never called.
+_mro = type.__dict__["__mro__"].__get__
+_module_of = type.__dict__["__module__"].__get__
 _new_tuple = tuple.__new__  # the real class namespace, no metaclass tricks
 
 
@@ -365,7 +369,7 @@ def _component_storage(t: Any, tt: _Torch) -> tuple[Optional[int], int]:
 def dict_descriptor(cls: type) -> Optional[Any]:
     """The C getset that reads instances' ``__dict__``; ``None`` when there is none, or when
     a class shadows it with something that could run code (a property)."""
-    for klass in cls.__mro__:
+    for klass in _mro(cls):
         entry = _type_dict(klass).get("__dict__")
         if entry is None:
             continue
@@ -392,7 +396,7 @@ def instance_attributes(obj: Any, descriptor: Any = False) -> Optional[dict[str,
 def slot_values(obj: Any) -> Iterator[tuple[str, Any]]:
     """``(name, value)`` for filled ``__slots__`` read through their member descriptors."""
     seen: set[str] = set()
-    for klass in type(obj).__mro__:
+    for klass in _mro(type(obj)):
         ns = _type_dict(klass)
         slots = ns.get("__slots__")
         if slots is None:
@@ -415,7 +419,7 @@ def slot_values(obj: Any) -> Iterator[tuple[str, Any]]:
 
 def _type_flag(cls: type, name: str) -> Any:
     """A class attribute looked up in the MRO namespaces, no descriptors invoked."""
-    for klass in cls.__mro__:
+    for klass in _mro(cls):
         ns = _type_dict(klass)
         if name in ns:
             return ns[name]
@@ -553,8 +557,9 @@ class _Scanner:
             return "sequence"
         if issubclass(cls, (set, frozenset)):
             return "set"
-        root = (getattr(cls, "__module__", None) or "").split(".")[0]
-        if type(root) is not str or root in _SKIP_PACKAGES:
+        module = _module_of(cls)
+        root = module.split(".")[0] if type(module) is str else ""
+        if root in _SKIP_PACKAGES:
             return "skip"
         return "object"
 
