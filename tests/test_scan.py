@@ -191,6 +191,48 @@ def test_tensor_subclasses_with_hostile_metaclasses_run_no_code_and_break_nothin
     assert Lonely.__mro__[1] is torch.Tensor
 
 
+def test_hostile_metaclasses_on_dict_keys_modules_and_optimizers() -> None:
+    calls: list[str] = []
+    armed = False  # torch itself reads the class name while building the module
+
+    class Hostile(type):
+        def __hash__(cls) -> int:
+            if armed:
+                calls.append("hash")
+                raise RuntimeError("hash")
+            return id(cls)
+
+        @property
+        def __name__(cls) -> str:  # type: ignore[override]
+            if armed:
+                calls.append("name")
+                raise RuntimeError("name")
+            return str(type.__dict__["__name__"].__get__(cls))
+
+    class Key(metaclass=Hostile):
+        pass
+
+    class Net(nn.Linear, metaclass=type("HostileModuleMeta", (Hostile,), {})):
+        pass
+
+    class Opt(torch.optim.SGD, metaclass=type("HostileOptMeta", (Hostile,), {})):
+        pass
+
+    net = Net(2, 2)
+    ns = {
+        "by_key": {Key(): torch.zeros(1) for _ in range(20)},
+        "net": net,
+        "opt": Opt(net.parameters(), lr=0.1),
+    }
+    armed = True
+    report = run_scan(ns)
+    assert sum(r.path.startswith("by_key[") for r in report.rows) == 20
+    assert report.row("net").type_name == "Net"
+    assert report.row("opt").type_name == "Opt"
+    assert report.stats.skipped_objects == 0
+    assert calls == []
+
+
 def test_a_metaclass_getattribute_is_never_called() -> None:
     calls: list[str] = []
 

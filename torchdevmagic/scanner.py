@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ITEMS = 100_000  # per container; a list of 10 million ints is capped, not walked
 DEFAULT_MAX_OBJECTS = 2_000_000  # whole-scan budget
-BATCH_MIN = 16  # containers at least this long try the column-wise tensor path
+BATCH_MIN = 16  # containers of only tensors at least this long are visited in one step
 
 # Never looked into: no tensors can hide there, or looking is expensive.
 _ATOMIC: tuple[type, ...] = (
@@ -218,7 +218,8 @@ def tensor_facts(t: Any, tt: _Torch) -> _TensorFacts:
 
 
 def _strided_facts(t: Any, tt: _Torch, note: str) -> _TensorFacts:
-    # Hot path (tens of thousands of calls per scan): one C getter per fact, nothing else.
+    # One tensor at a time (subclasses, and batches facts_columns refused); plain tensors in
+    # bulk take _read_columns, the same facts column-wise.
     device = _DEVICE_TEXT.get(tt.get_device(t)) or _device_text(tt.get_device(t))
     try:
         shape: Optional[tuple[int, ...]] = tt.get_shape(t)  # torch.Size is a tuple
@@ -607,7 +608,8 @@ class _Scanner:
         n = dict.__len__(d)
         if n >= BATCH_MIN and n <= limit:
             keys, values = list(dict.keys(d)), list(dict.values(d))
-            if set(map(type, keys)) == {str} and self._fits(values) and self._only_tensors(values):
+            str_keys = all(map(is_, map(type, keys), repeat(str)))  # no class is hashed
+            if str_keys and self._fits(values) and self._only_tensors(values):
                 self._defer(values, [f"{path}[{k!r}]" for k in keys])
                 return
         for i, (key, value) in enumerate(_dict_items(d)):
@@ -644,7 +646,8 @@ class _Scanner:
         return self.visited + len(values) <= self.budget
 
     def _only_tensors(self, values: list[Any]) -> bool:
-        classes = {id(c): c for c in map(type, values)}  # keyed by id: see __init__
+        types_ = list(map(type, values))
+        classes = dict(zip(map(id, types_), types_))  # keyed by id: see __init__
         kinds, kind_of = self._kind_cache, self.kind_of
         return all((kinds.get(i) or kind_of(c)) == "tensor" for i, c in classes.items())
 
@@ -861,11 +864,7 @@ class _Scanner:
                             and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor"
                         ):
                             owned.append(t)
-                            owned_paths.append(
-                                f"{mpath}.{name}"
-                                if type(name) is str and name.isidentifier()
-                                else _attr_path(mpath, str(name))
-                            )
+                            owned_paths.append(_attr_path(mpath, str(name)))
             # Plain tensor attributes are rare: one C-level pass over the value types first.
             if not tensor_ids.isdisjoint(map(id, map(type, dict.values(ns)))):
                 for name, value in _dict_items(ns):
@@ -937,7 +936,7 @@ class _Scanner:
         row = Row(
             path=path,
             kind="module",
-            type_name=type(mod).__name__,
+            type_name=_class_name(type(mod)),
             device=device,
             nbytes=acc.total,
             dtype=dtype,
@@ -1025,7 +1024,7 @@ class _Scanner:
             Row(
                 path=path,
                 kind="optimizer",
-                type_name=type(opt).__name__,
+                type_name=_class_name(type(opt)),
                 device=device,
                 nbytes=acc.total,
                 breakdown=acc.shares(),
