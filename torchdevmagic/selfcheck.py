@@ -147,6 +147,14 @@ def chain_text(chain: Sequence[tuple[str, Optional[int]]]) -> str:
     return " ≤ ".join(f"{name} {format_bytes(value)}" for name, value in chain)
 
 
+def chain_outcome(chain: Sequence[tuple[str, Optional[int]]], why: str = "") -> Outcome:
+    """PASS when the chain is in order, else FAIL naming each problem (then ``why``)."""
+    problems = order_problems(chain)
+    if problems:
+        return failed("; ".join(problems) + why, chain_text(chain))
+    return passed(chain_text(chain))
+
+
 def allocator_outcome(record: Any) -> Outcome:
     """named ≤ allocated ≤ reserved for one ``DeviceMemory`` record."""
     chain = [
@@ -154,11 +162,7 @@ def allocator_outcome(record: Any) -> Outcome:
         ("allocated", record.allocated_bytes),
         ("reserved", record.reserved_bytes),
     ]
-    problems = order_problems(chain)
-    if problems:
-        notes = f" ({'; '.join(record.notes)})" if record.notes else ""
-        return failed("; ".join(problems) + notes, chain_text(chain))
-    return passed(chain_text(chain))
+    return chain_outcome(chain, f" ({'; '.join(record.notes)})" if record.notes else "")
 
 
 def nvml_outcome(record: Any) -> Outcome:
@@ -171,10 +175,7 @@ def nvml_outcome(record: Any) -> Outcome:
         ("NVML used", record.nvml_used_bytes),
         ("NVML total", record.nvml_total_bytes),
     ]
-    problems = order_problems(chain)
-    if problems:
-        return failed("; ".join(problems), chain_text(chain))
-    return passed(chain_text(chain))
+    return chain_outcome(chain)
 
 
 def relative_difference(value: float, reference: float) -> float:
