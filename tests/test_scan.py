@@ -449,6 +449,23 @@ def test_tensor_subclass_overrides_are_not_run() -> None:
     assert calls == []
 
 
+def test_a_subclass_grad_runs_no_override() -> None:
+    calls: list[str] = []
+
+    class Spy(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):  # type: ignore[override]
+            calls.append(str(func))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    layer = nn.Linear(2, 2)
+    layer.weight.grad = torch.zeros(2, 2).as_subclass(Spy)
+    calls.clear()
+    report = run_scan({"layer": layer})
+    assert report.row("layer").breakdown[0].tensors == 3  # weight, bias, weight.grad
+    assert calls == []
+
+
 # --- hostile namespaces ----------------------------------------------------------------------
 
 
