@@ -765,6 +765,7 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     scanner = _Scanner(_Torch.from_module(torch), 6, 1000, 10_000)
     scanner.visit_all((name, ns[name]) for name in ("x", "loss"))
     named_before = dict(scanner.named_by_device)
+    rows_before = dict(scanner.rows.device_bytes)
 
     def failing() -> None:
         held = torch.zeros(2000)  # noqa: F841 - kept alive by the stored traceback
@@ -783,7 +784,8 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     assert cpu[1].startswith("the last traceback's frames hold 7.8 KiB")
     assert cpu[2].startswith("loss keeps an autograd graph")
     assert scanner.named_by_device == named_before  # measuring left the totals alone
-    assert [r.path for r in scanner.rows] == ["x", "loss"]
+    assert scanner.rows.column("path") == ["x", "loss"]  # and the rows
+    assert scanner.rows.device_bytes == rows_before
 
 
 def test_scan_restores_the_garbage_collector_state() -> None:

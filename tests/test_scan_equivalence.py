@@ -108,3 +108,53 @@ def test_fast_and_one_at_a_time_scans_agree(ns: dict[str, Any]) -> None:
     ):
         slow = scan(ns, gpus=False)
     _same(fast, slow)
+
+
+def _device_rank(device: str) -> tuple[int, str, int]:
+    kind, _, index = device.partition(":")
+    rank = {"cuda": 0, "mps": 1, "xpu": 2, "cpu": 3, "meta": 4}.get(kind, 5)
+    return rank, kind, int(index) if index.isdigit() else -1
+
+
+def _on(device: str, wanted: str) -> bool:
+    return device == wanted or (":" not in wanted and device.partition(":")[0] == wanted)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    namespaces(),
+    st.sampled_from(["size", "name", "device"]),
+    st.sampled_from([None, "cpu", "meta", "cuda"]),
+)
+def test_rows_and_totals_follow_their_rules(
+    ns: dict[str, Any], sort: str, device: str | None
+) -> None:
+    """The report keeps rows column-wise and sums bytes as rows arrive; built the plain way
+    from Row objects, its rows and totals must come out the same."""
+    report = scan(ns, gpus=False, sort=sort, device=device)
+    rows = report.table.rows()  # every row the scan found, in visit order
+    if device is not None:
+        rows = [
+            r
+            for r in rows
+            if _on(r.device, device) or any(_on(s.device, device) for s in r.breakdown)
+        ]
+    rows.sort(key=lambda r: r.path)
+    if sort != "name":
+        rows.sort(key=lambda r: r.nbytes, reverse=True)
+    if sort == "device":
+        rows.sort(key=lambda r: _device_rank(r.device))
+    assert list(report.rows) == rows
+    assert report.shown_rows()[0] == rows[:30]
+    totals: dict[str, int] = {}
+    for r in rows:
+        for d, b in [(s.device, s.nbytes) for s in r.breakdown] or [(r.device, r.nbytes)]:
+            totals[d] = totals.get(d, 0) + b
+    totals.pop("none", None)
+    assert report.totals() == totals
+    for r in rows[:5]:
+        assert report.row(r.path) == next(x for x in rows if x.path == r.path)

@@ -6,7 +6,10 @@ kept (``r = %devices -o``) without keeping a single tensor alive.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
+from itertools import repeat
 from typing import Any, NamedTuple, Optional
 
 
@@ -36,6 +39,100 @@ class Row(NamedTuple):
     requires_grad: bool = False
     breakdown: tuple[DeviceShare, ...] = ()  # modules and optimizers
     note: str = ""  # "view", "uninitialized", "sparse_coo", "fake", ...
+
+
+_FIELD_INDEX = {name: i for i, name in enumerate(Row._fields)}
+_make_row = partial(tuple.__new__, Row)  # a Row from a plain tuple, without Row.__new__'s frame
+
+
+class RowTable:
+    """Rows kept column-wise, one list per :class:`Row` field.
+
+    A scan finds tens of thousands of tensors and shows 30 of them: rows are appended a
+    column at a time (a list ``extend`` per field for a whole batch of tensors) and a
+    :class:`Row` tuple is built only for the rows someone reads. Bytes per device are summed
+    as rows arrive, with the rule of :func:`totals_of`.
+    """
+
+    __slots__ = ("columns", "device_bytes")
+
+    def __init__(self) -> None:
+        self.columns: tuple[list[Any], ...] = tuple([] for _ in Row._fields)
+        self.device_bytes: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def column(self, name: str) -> list[Any]:
+        """One field of every row, in table order: ``column("path")``."""
+        return self.columns[_FIELD_INDEX[name]]
+
+    def append(self, row: Row) -> None:
+        for column, value in zip(self.columns, row):
+            column.append(value)
+        _add_totals(self.device_bytes, [row])
+
+    def extend_tensors(
+        self,
+        *,
+        path: Iterable[str],
+        kind: Iterable[str],
+        type_name: Iterable[str],
+        device: list[str],
+        nbytes: list[int],
+        dtype: Iterable[Optional[str]],
+        shape: Iterable[Optional[tuple[int, ...]]],
+        alias_of: Iterable[Optional[str]],
+        requires_grad: Iterable[bool],
+        note: Iterable[str],
+    ) -> None:
+        """Rows of tensors (no breakdown): one iterable per :class:`Row` field, each as
+        long as ``device``."""
+        fields = (path, kind, type_name, device, nbytes, dtype, shape, alias_of, requires_grad)
+        for column, values in zip(self.columns, (*fields, repeat((), len(device)), note)):
+            column.extend(values)
+        totals = self.device_bytes
+        if len(set(device)) == 1:
+            totals[device[0]] = totals.get(device[0], 0) + sum(nbytes)
+        else:
+            for d, size in zip(device, nbytes):
+                totals[d] = totals.get(d, 0) + size
+
+    def mark(self) -> tuple[int, dict[str, int]]:
+        return len(self), dict(self.device_bytes)
+
+    def reset(self, mark: tuple[int, dict[str, int]]) -> None:
+        """Forget the rows added since :meth:`mark`."""
+        n, self.device_bytes = mark[0], dict(mark[1])
+        for column in self.columns:
+            del column[n:]
+
+    def row(self, i: int) -> Row:
+        return _make_row([column[i] for column in self.columns])
+
+    def rows(self, order: Optional[Sequence[int]] = None) -> list[Row]:
+        """Every row (``order=None``) or the rows at ``order``'s indices, in that order."""
+        if order is None:
+            return list(map(_make_row, zip(*self.columns)))
+        picked = [list(map(column.__getitem__, order)) for column in self.columns]
+        return list(map(_make_row, zip(*picked)))
+
+
+def _add_totals(out: dict[str, int], rows: Iterable[Row]) -> None:
+    for r in rows:
+        if r.breakdown:
+            for share in r.breakdown:
+                out[share.device] = out.get(share.device, 0) + share.nbytes
+        else:
+            out[r.device] = out.get(r.device, 0) + r.nbytes
+
+
+def totals_of(rows: Iterable[Row]) -> dict[str, int]:
+    """Bytes per device of ``rows``: a module or optimizer counts through its breakdown, a
+    tensor through its own device (its nbytes is 0 when another row counted its storage)."""
+    out: dict[str, int] = {}
+    _add_totals(out, rows)
+    return out
 
 
 @dataclass(frozen=True)
@@ -92,4 +189,13 @@ def to_plain(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["DeviceMemory", "DeviceShare", "Finding", "Row", "ScanStats", "to_plain"]
+__all__ = [
+    "DeviceMemory",
+    "DeviceShare",
+    "Finding",
+    "Row",
+    "RowTable",
+    "ScanStats",
+    "to_plain",
+    "totals_of",
+]

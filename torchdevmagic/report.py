@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
-from operator import attrgetter
 from typing import Any, Callable, Optional
 
 from torchdevmagic._display import (
@@ -19,7 +18,16 @@ from torchdevmagic._display import (
     text_table,
 )
 from torchdevmagic._format import format_bytes, format_dtype, format_shape, plural
-from torchdevmagic.records import DeviceMemory, DeviceShare, Finding, Row, ScanStats, to_plain
+from torchdevmagic.records import (
+    DeviceMemory,
+    DeviceShare,
+    Finding,
+    Row,
+    RowTable,
+    ScanStats,
+    to_plain,
+    totals_of,
+)
 
 DEFAULT_ROWS_SHOWN = 30
 _HEADERS = ("Name", "Type", "Device", "Dtype", "Shape", "Memory", "Details")
@@ -30,35 +38,34 @@ def _device_matches(device: str, wanted: str) -> bool:
     return device == wanted or (":" not in wanted and device.split(":", maxsplit=1)[0] == wanted)
 
 
-def filter_rows(rows: Iterable[Row], device: Optional[str]) -> list[Row]:
-    if not device:
-        return list(rows)
-    return [
-        r
-        for r in rows
-        if _device_matches(r.device, device)
-        or any(_device_matches(s.device, device) for s in r.breakdown)
-    ]
-
-
 def _device_order(device: str) -> tuple[int, str, int]:
     kind, _, index = device.partition(":")
     rank = {"cuda": 0, "mps": 1, "xpu": 2, "cpu": 3, "meta": 4}.get(kind, 5)
     return rank, kind, int(index) if index.isdigit() else -1
 
 
-_BY_PATH = attrgetter("path")
-_BY_SIZE = attrgetter("nbytes")
-
-
-def sort_rows(rows: list[Row], key: str) -> list[Row]:
-    # Stable sorts on C key functions: a scan can hold tens of thousands of rows.
-    by_name = sorted(rows, key=_BY_PATH)
+def row_order(table: RowTable, device: Optional[str], key: str) -> list[int]:
+    """Indices of ``table``'s rows on ``device`` (all when ``None``), ordered by ``key``:
+    size (biggest first), name or device, ties by name. Stable sorts on C key functions over
+    the columns: a scan can hold tens of thousands of rows and build none of them."""
+    paths, devices, nbytes = table.column("path"), table.column("device"), table.column("nbytes")
+    index: Iterable[int] = range(len(table))
+    if device:
+        wanted = {d for d in set(devices) if _device_matches(d, device)}
+        breakdowns = table.column("breakdown")
+        index = [
+            i
+            for i in index
+            if devices[i] in wanted or any(_device_matches(s.device, device) for s in breakdowns[i])
+        ]
+    by_name = sorted(index, key=paths.__getitem__)
     if key == "name":
         return by_name
-    by_size = sorted(by_name, key=_BY_SIZE, reverse=True)
+    by_size = sorted(by_name, key=nbytes.__getitem__, reverse=True)
     if key == "device":
-        return sorted(by_size, key=lambda r: _device_order(r.device))
+        rank = {d: _device_order(d) for d in set(devices)}
+        ranks = list(map(rank.__getitem__, devices))
+        return sorted(by_size, key=ranks.__getitem__)
     return by_size
 
 
@@ -122,11 +129,17 @@ def finding_text(f: Finding) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DevicesReport(Displayable):
-    """What ``%devices`` shows and ``scan()`` returns: rows, findings, GPUs, scan statistics."""
+    """What ``%devices`` shows and ``scan()`` returns: rows, findings, GPUs, scan statistics.
 
-    rows: tuple[Row, ...]
+    The rows live column-wise in ``table`` (``order`` lists the report's rows, filtered and
+    sorted); :attr:`rows` builds the :class:`Row` tuples on first use, and the renderings
+    build only the rows they show.
+    """
+
+    table: RowTable = field(repr=False)
+    order: Sequence[int] = field(repr=False)  # indices into table
     findings: tuple[Finding, ...]
     gpus: tuple[DeviceMemory, ...]
     stats: ScanStats
@@ -137,27 +150,31 @@ class DevicesReport(Displayable):
     gpus_checked: bool = False
 
     # -- data for programs -----------------------------------------------------------------
+    @cached_property
+    def rows(self) -> tuple[Row, ...]:
+        """Every row of the report, in its order."""
+        return tuple(self.table.rows(self.order))
+
     def totals(self) -> dict[str, int]:
         """Bytes per device, every storage counted once (modules and optimizers included)."""
         return dict(self._totals)
 
     @cached_property
     def _totals(self) -> dict[str, int]:
-        # Cached: every rendering shows the totals, and a report can hold 10,000s of rows.
-        out: dict[str, int] = {}
-        for r in self.rows:
-            if r.breakdown:
-                for share in r.breakdown:
-                    out[share.device] = out.get(share.device, 0) + share.nbytes
-            else:
-                out[r.device] = out.get(r.device, 0) + r.nbytes
+        # The table sums its rows as they arrive; a device filter keeps fewer rows.
+        if len(self.order) == len(self.table):
+            out = dict(self.table.device_bytes)
+        else:
+            out = totals_of(self.table.rows(self.order))
         out.pop("none", None)  # an optimizer before its first step holds nothing
         return dict(sorted(out.items(), key=lambda kv: _device_order(kv[0])))
 
     def row(self, path: str) -> Row:
-        for r in self.rows:
-            if r.path == path:
-                return r
+        """The first row named ``path``."""
+        paths = self.table.column("path")
+        for i in self.order:
+            if paths[i] == path:
+                return self.table.row(i)
         raise KeyError(path)
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,21 +189,21 @@ class DevicesReport(Displayable):
     # -- shared pieces -------------------------------------------------------------------
     def shown_rows(self) -> tuple[list[Row], int]:
         limit = DEFAULT_ROWS_SHOWN if self.top is None else self.top
-        if limit <= 0 or len(self.rows) <= limit:
+        if limit <= 0 or len(self.order) <= limit:
             return list(self.rows), 0
-        return list(self.rows[:limit]), len(self.rows) - limit
+        return self.table.rows(self.order[:limit]), len(self.order) - limit
 
     def headline(self) -> Optional[str]:
         if not self.torch_imported:
             return "torch is not imported in this namespace: there are no tensors to find."
-        if not self.rows:
+        if not self.order:
             where = f" on {self.device_filter}" if self.device_filter else ""
             return f"No tensors, modules or optimizers found{where}."
         return None
 
     def totals_line(self) -> str:
         parts = [f"{d} {format_bytes(b)}" for d, b in self.totals().items()]
-        count = plural(len(self.rows), "row")
+        count = plural(len(self.order), "row")
         return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({count})"
 
     def footer_lines(self, hidden_rows: int) -> list[str]:

@@ -29,14 +29,13 @@ import types
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import groupby, repeat
 from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, cast
 
 from torchdevmagic._format import format_bytes, plural
 from torchdevmagic._torch import torch_if_imported
-from torchdevmagic.records import DeviceShare, Finding, Row, ScanStats
+from torchdevmagic.records import DeviceShare, Finding, Row, RowTable, ScanStats
 
 if TYPE_CHECKING:
     from torchdevmagic.report import DevicesReport
@@ -109,7 +108,6 @@ _type_dict = type.__dict__["__dict__"].__get__
 # __getattribute__ or properties (user code) are never called.
 _mro = type.__dict__["__mro__"].__get__
 _module_of = type.__dict__["__module__"].__get__
-_new_tuple = tuple.__new__  # the real class namespace, no metaclass tricks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,7 +496,7 @@ class _Scanner:
         self.max_depth = max_depth
         self.max_items = max_items
         self.budget = max_objects
-        self.rows: list[Row] = []
+        self.rows = RowTable()
         # Tensors met whose rows are not built yet, and their paths (see flush()).
         self.pending: list[Any] = []
         self.pending_paths: list[str] = []
@@ -793,11 +791,12 @@ class _Scanner:
                 map(_row_note, notes, aliases or repeat(None), cols.storage_bytes, cols.view_bytes)
             )
         tt = self.tt
+        n = len(values)
         types_ = list(map(type, values))
         kinds: Iterable[str]
         names: Iterable[str]
         if all(map(is_, types_, repeat(tt.tensor))):
-            kinds, names = repeat("tensor"), repeat("Tensor")
+            kinds, names = repeat("tensor", n), repeat("Tensor", n)
         else:
             kinds = [
                 "parameter" if c is tt.parameter or issubclass(c, tt.parameter) else "tensor"
@@ -817,23 +816,17 @@ class _Scanner:
                     self.param_path.setdefault(id(t), path)
                     if graph and alias is None:
                         self.graph_roots.append((path, device))
-        self.rows.extend(
-            map(
-                _make_row,
-                zip(
-                    paths,
-                    kinds,
-                    names,
-                    cols.device,
-                    nbytes,
-                    cols.dtype,
-                    cols.shape,
-                    aliases or repeat(None),
-                    cols.requires_grad,
-                    repeat(()),
-                    notes,
-                ),
-            )
+        self.rows.extend_tensors(
+            path=paths,
+            kind=kinds,
+            type_name=names,
+            device=cols.device,
+            nbytes=nbytes,
+            dtype=cols.dtype,
+            shape=cols.shape,
+            alias_of=aliases or repeat(None, n),
+            requires_grad=cols.requires_grad,
+            note=notes,
         )
 
     # -- modules --------------------------------------------------------------------------------
@@ -1049,7 +1042,7 @@ class _Scanner:
         """Bytes per device reachable from ``entries`` and not counted yet; leaves no rows."""
         self.flush()
         before = dict(self.named_by_device)
-        n_rows, n_findings, n_opts = len(self.rows), len(self.findings), len(self.optimizers)
+        rows_mark, n_findings, n_opts = self.rows.mark(), len(self.findings), len(self.optimizers)
         n_modules = len(self.module_rows)
         hit: list[str] = []
         for path, value in entries:
@@ -1057,7 +1050,8 @@ class _Scanner:
             self.visit_all([(path, value)])
             if sum(self.named_by_device.values()) > mark:
                 hit.append(path)
-        del self.rows[n_rows:], self.findings[n_findings:], self.optimizers[n_opts:]
+        self.rows.reset(rows_mark)
+        del self.findings[n_findings:], self.optimizers[n_opts:]
         del self.module_rows[n_modules:]
         delta = {d: b - before.get(d, 0) for d, b in self.named_by_device.items()}
         self.named_by_device = before
@@ -1098,14 +1092,17 @@ class _Scanner:
         if not accel:
             return
         target = sorted(accel)[0]
-        for r in self.rows:
-            if r.kind in ("tensor", "parameter") and r.requires_grad and r.device == "cpu":
+        table = self.rows
+        for path, kind, device, trainable in zip(
+            *map(table.column, ("path", "kind", "device", "requires_grad"))
+        ):
+            if trainable and kind in ("tensor", "parameter") and device == "cpu":
                 self.findings.append(
                     Finding(
                         "grad_tensor_on_cpu",
-                        r.path,
-                        f"{r.path} requires grad on cpu while the model is on {target}",
-                        fix=f"{r.path} = {r.path}.detach().to({_quote_device(target)})"
+                        path,
+                        f"{path} requires grad on cpu while the model is on {target}",
+                        fix=f"{path} = {path}.detach().to({_quote_device(target)})"
                         ".requires_grad_()",
                     )
                 )
@@ -1113,7 +1110,6 @@ class _Scanner:
 
 _first, _second = itemgetter(0), itemgetter(1)
 _class_name = type.__dict__["__name__"].__get__  # not a metaclass's __name__ property
-_make_row = partial(_new_tuple, Row)  # a Row from a plain tuple, without Row.__new__'s frame
 
 
 def _all_new(keys: list[Optional[int]], owner: dict[int, str]) -> bool:
@@ -1218,7 +1214,7 @@ def scan(
     ``hidden`` and ``_``-prefixed names are skipped unless ``include_hidden``. ``gpus=False``
     leaves out the per-GPU memory section.
     """
-    from torchdevmagic.report import DevicesReport, filter_rows, sort_rows
+    from torchdevmagic.report import DevicesReport, row_order
 
     if namespace is None:
         frame = sys._getframe(1)
@@ -1227,7 +1223,8 @@ def scan(
     torch = torch_if_imported()
     if torch is None:
         return DevicesReport(
-            rows=(),
+            table=RowTable(),
+            order=(),
             findings=(),
             gpus=(),
             stats=ScanStats(),
@@ -1263,11 +1260,16 @@ def scan(
         skipped_objects=scanner.skipped_objects,
         truncated_containers=tuple(scanner.truncated),
     )
-    rows = sort_rows(filter_rows(scanner.rows, device), sort)
-    findings = tuple(f for f in scanner.findings if device is None or _finding_matches(f, rows))
+    order = row_order(scanner.rows, device, sort)
+    findings = tuple(scanner.findings)
+    if device is not None:
+        paths = scanner.rows.column("path")
+        shown = [paths[i] for i in order]
+        findings = tuple(f for f in findings if _finding_matches(f, shown))
     return DevicesReport(
         gpus_checked=gpus,
-        rows=tuple(rows),
+        table=scanner.rows,
+        order=order,
         findings=findings,
         gpus=gpu_records,
         stats=stats,
@@ -1296,5 +1298,5 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _finding_matches(finding: Finding, rows: list[Row]) -> bool:
-    return any(finding.path == r.path or finding.path.startswith(r.path + ".") for r in rows)
+def _finding_matches(finding: Finding, paths: list[str]) -> bool:
+    return any(finding.path == p or finding.path.startswith(p + ".") for p in paths)
