@@ -124,6 +124,7 @@ class _Torch:
     parameter: type
     fake_types: tuple[type, ...]
     get_device: Callable[[Any], Any]
+    get_is_cpu: Optional[Callable[[Any], bool]]
     get_dtype: Callable[[Any], Any]
     get_shape: Callable[[Any], Any]
     get_layout: Callable[[Any], Any]
@@ -158,6 +159,7 @@ class _Torch:
             parameter=torch.nn.Parameter,
             fake_types=fakes,
             get_device=base.device.__get__,
+            get_is_cpu=base.is_cpu.__get__ if hasattr(base, "is_cpu") else None,
             get_dtype=base.dtype.__get__,
             get_shape=base.shape.__get__,
             get_layout=base.layout.__get__,
@@ -308,9 +310,13 @@ def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
     shapes = list(map(tt.get_shape, values))  # nested tensors raise here
     storages = list(map(tt.storage, values))  # vmap's BatchedTensor raises here
     sizes = list(map(tt.storage_nbytes, storages))
-    devices: list[Any] = list(map(_DEVICE_TEXT.get, map(tt.get_device, values)))
-    if None in devices:
-        devices = [_device_text(d) for d in map(tt.get_device, values)]
+    devices: list[Any]
+    if tt.get_is_cpu is not None and all(map(tt.get_is_cpu, values)):
+        devices = ["cpu"] * len(values)  # a bool per tensor, no device object to build
+    else:
+        devices = list(map(_DEVICE_TEXT.get, map(tt.get_device, values)))
+        if None in devices:
+            devices = [_device_text(d) for d in map(tt.get_device, values)]
     dtypes: list[Any] = list(map(_DTYPE_TEXT.get, map(tt.get_dtype, values)))
     if None in dtypes:
         dtypes = [_dtype_text(d) for d in map(tt.get_dtype, values)]
