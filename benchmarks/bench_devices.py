@@ -6,8 +6,9 @@ gc.get_objects() walk (the approach pytorch_memlab's reporter takes).
 The namespace: 1,000 variables, among them a dict of 10,000 tensors and a model of 1,000
 submodules (2,000 parameters); the rest are small tensors, lists, dicts and plain values.
 Every figure is printed with the time of a fixed calibration loop taken just before each
-sample (the development VM alternates between a fast and a slow phase); growth and the gc
-comparison are ratios of runs made back to back."""
+sample (the development VM alternates between a fast and a slow phase), and at the end every
+figure is split by the phase each run met; growth and the gc comparison are ratios of runs made
+back to back."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import argparse
 import gc
 import statistics
 import time
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -90,6 +92,19 @@ class Samples:
             f"calibration loop median {cal:4.1f} ms)"
         )
 
+    def by_phase(self, cutoff_ms: float) -> str:
+        """Medians of the runs whose calibration took at most ``cutoff_ms`` and of the
+        others."""
+        fast = [t for c, t in zip(self.calibration_ms, self.ms) if c <= cutoff_ms]
+        slow = [t for c, t in zip(self.calibration_ms, self.ms) if c > cutoff_ms]
+
+        def part(times: list[float]) -> str:
+            if not times:
+                return "no runs"
+            return f"{statistics.median(times):6.1f} ms ({len(times):>3} runs)"
+
+        return f"fast {part(fast)}   slow {part(slow)}"
+
 
 def paired_ratio(base: Callable[[], Any], other: Callable[[], Any], repeat: int) -> float:
     """Median over rounds of other's time / base's time, run back to back."""
@@ -149,9 +164,11 @@ def main() -> None:
 
     print(f"torch {torch.__version__}; {args.repeat} runs each")
     spaces = {scale: make_namespace(scale) for scale in (1, 2, 4)}
+    scanned: dict[int, Samples] = {}
     for scale, ns in spaces.items():
         report = scan(ns)
-        samples = Samples(lambda ns=ns: scan(ns), args.repeat)
+        samples = Samples(partial(scan, ns), args.repeat)
+        scanned[scale] = samples
         print(
             f"scan() x{scale}: {len(ns):>5} variables, {len(report.rows):>6} rows, "
             f"{report.stats.objects_visited:>6} objects visited: {samples.text()}"
@@ -167,6 +184,19 @@ def main() -> None:
     print(f"gc.get_objects() tensor walk (same process):     {gc_samples.text()}")
     ratio = paired_ratio(lambda: scan(ns), gc_walk, max(3, args.repeat // 3))
     print(f"gc walk / scan(), run back to back: {ratio:.1f}x")
+
+    # Each run, split by the machine's phase when it ran: fast = its calibration loop took at
+    # most 1.25x the fastest calibration of this whole benchmark (on a machine without
+    # phases, every run is fast).
+    everything = [*scanned.values(), returned, displayed]
+    cutoff = 1.25 * min(min(s.calibration_ms) for s in everything)
+    print(f"\nby phase (fast: calibration loop <= {cutoff:.1f} ms):")
+    for label, samples in [
+        *((f"scan() x{k}", v) for k, v in scanned.items()),
+        ("%devices -o", returned),
+        ("%devices displayed", displayed),
+    ]:
+        print(f"  {label:20s} {samples.by_phase(cutoff)}")
 
 
 if __name__ == "__main__":
