@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import gc
+import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -16,6 +19,7 @@ import torch
 from torch import nn
 
 from torchdevmagic import scan
+from torchdevmagic.records import to_plain
 from torchdevmagic.report import DevicesReport
 
 
@@ -464,6 +468,29 @@ def test_a_subclass_grad_runs_no_override() -> None:
     report = run_scan({"layer": layer})
     assert report.row("layer").breakdown[0].tensors == 3  # weight, bias, weight.grad
     assert calls == []
+
+
+def test_a_report_is_plain_data_though_its_rows_are_built_on_demand() -> None:
+    model = nn.Linear(2, 2)
+    ns = {
+        "model": model,
+        "xs": [torch.zeros(3) for _ in range(40)],
+        "m": torch.zeros(2, device="meta"),
+    }
+    a, b = scan(ns, gpus=False), scan(ns, gpus=False)
+    assert a == b and hash(a) == hash(b)  # compares by content, as before
+    assert a.rows == tuple(a.rows) and tuple(a.rows) == a.rows
+    assert isinstance(a.rows[0], tuple) and a.rows[:2] == tuple(a.rows)[:2]
+    assert "path='model'" in repr(a)  # the dataclass repr shows the rows
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        copied = pickle.loads(pickle.dumps(a, protocol))
+        assert copied == a and type(copied.rows) is tuple
+    assert copy.deepcopy(b) == a
+    plain = json.loads(json.dumps(to_plain(a)))
+    assert plain["rows"][0]["path"] == a.rows[0].path
+    assert dataclasses.replace(a, rows=()).rows == ()
+    meta = scan(ns, gpus=False, device="meta")  # a filtered report keeps only its rows
+    assert type(meta.rows) is tuple and [r.path for r in meta.rows] == ["m"]
 
 
 # --- hostile namespaces ----------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 ``scan()`` takes shortcuts for speed: it reads plain tensors in batches (``facts_columns``),
 visits big containers in one step (``BATCH_MIN``), counts a column of new storages at once
-(``_all_new``) and skips the per-row note logic when no row can need one (``_no_notes``).
+(``_all_new``), skips the per-row note logic when no row can need one (``_no_notes``) and
+adds a batch of tensor rows a column at a time (``RowTable.extend_tensors``).
 Random namespaces mixing aliases, views, parameters, meta and sparse tensors, tensor
 subclasses, modules and optimizers are scanned with every shortcut on and with every shortcut
 off; rows, findings, totals and statistics must be identical.
@@ -18,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from torchdevmagic import report as report_module
 from torchdevmagic import scan, scanner
+from torchdevmagic.records import Row, RowTable
 from torchdevmagic.report import DevicesReport
 
 
@@ -84,6 +87,16 @@ def namespaces(draw: Any) -> dict[str, Any]:
     return ns
 
 
+_TENSOR_FIELDS = [f for f in Row._fields if f != "breakdown"]
+
+
+def _append_one_by_one(table: RowTable, **columns: Any) -> None:
+    """RowTable.extend_tensors the plain way: a Row per tensor, appended (its totals rule
+    is the one for single rows)."""
+    for values in zip(*(columns[name] for name in _TENSOR_FIELDS)):
+        table.append(Row(**dict(zip(_TENSOR_FIELDS, values))))
+
+
 def _same(a: DevicesReport, b: DevicesReport) -> None:
     assert a.rows == b.rows
     assert a.findings == b.findings
@@ -99,12 +112,15 @@ def _same(a: DevicesReport, b: DevicesReport) -> None:
 @given(namespaces())
 def test_fast_and_one_at_a_time_scans_agree(ns: dict[str, Any]) -> None:
     fast = scan(ns, gpus=False)
-    with mock.patch.multiple(
-        scanner,
-        facts_columns=lambda values, tt: None,
-        BATCH_MIN=10**9,
-        _all_new=lambda keys, owner: False,
-        _no_notes=lambda cols, aliases: False,
+    with (
+        mock.patch.multiple(
+            scanner,
+            facts_columns=lambda values, tt: None,
+            BATCH_MIN=10**9,
+            _all_new=lambda keys, owner: False,
+            _no_notes=lambda cols, aliases: False,
+        ),
+        mock.patch.object(RowTable, "extend_tensors", _append_one_by_one),
     ):
         slow = scan(ns, gpus=False)
     _same(fast, slow)
@@ -133,10 +149,17 @@ def _on(device: str, wanted: str) -> bool:
 def test_rows_and_totals_follow_their_rules(
     ns: dict[str, Any], sort: str, device: str | None
 ) -> None:
-    """The report keeps rows column-wise and sums bytes as rows arrive; built the plain way
-    from Row objects, its rows and totals must come out the same."""
+    """The report orders and filters row indices over columns and sums bytes as rows
+    arrive. Filtered, sorted and summed the plain way from Row objects built one by one,
+    its rows and totals must come out the same."""
     report = scan(ns, gpus=False, sort=sort, device=device)
-    rows = report.table.rows()  # every row the scan found, in visit order
+    with (
+        mock.patch.object(RowTable, "extend_tensors", _append_one_by_one),
+        mock.patch.object(
+            report_module, "row_order", lambda table, device, key: list(range(len(table)))
+        ),
+    ):
+        rows = list(scan(ns, gpus=False).rows)  # every row, in the order the scan met them
     if device is not None:
         rows = [
             r
@@ -148,7 +171,7 @@ def test_rows_and_totals_follow_their_rules(
         rows.sort(key=lambda r: r.nbytes, reverse=True)
     if sort == "device":
         rows.sort(key=lambda r: _device_rank(r.device))
-    assert list(report.rows) == rows
+    assert report.rows == tuple(rows)
     assert report.shown_rows()[0] == rows[:30]
     totals: dict[str, int] = {}
     for r in rows:

@@ -6,11 +6,10 @@ kept (``r = %devices -o``) without keeping a single tensor alive.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
-from itertools import repeat
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union, overload
 
 
 class DeviceShare(NamedTuple):
@@ -75,28 +74,30 @@ class RowTable:
     def extend_tensors(
         self,
         *,
-        path: Iterable[str],
-        kind: Iterable[str],
-        type_name: Iterable[str],
-        device: list[str],
-        nbytes: list[int],
-        dtype: Iterable[Optional[str]],
-        shape: Iterable[Optional[tuple[int, ...]]],
-        alias_of: Iterable[Optional[str]],
-        requires_grad: Iterable[bool],
-        note: Iterable[str],
+        path: Sequence[str],
+        kind: Sequence[str],
+        type_name: Sequence[str],
+        device: Sequence[str],
+        nbytes: Sequence[int],
+        dtype: Sequence[Optional[str]],
+        shape: Sequence[Optional[tuple[int, ...]]],
+        alias_of: Sequence[Optional[str]],
+        requires_grad: Sequence[bool],
+        note: Sequence[str],
     ) -> None:
-        """Rows of tensors (no breakdown): one iterable per :class:`Row` field, each as
-        long as ``device``."""
-        fields = (path, kind, type_name, device, nbytes, dtype, shape, alias_of, requires_grad)
-        for column, values in zip(self.columns, (*fields, repeat((), len(device)), note)):
-            column.extend(values)
-        totals = self.device_bytes
-        if len(set(device)) == 1:
-            totals[device[0]] = totals.get(device[0], 0) + sum(nbytes)
-        else:
-            for d, size in zip(device, nbytes):
-                totals[d] = totals.get(d, 0) + size
+        """Rows of tensors (no breakdown), one list per :class:`Row` field. All lists must
+        be equally long; nothing is added otherwise (the columns never misalign)."""
+        n = len(device)
+        values: tuple[Sequence[Any], ...] = (
+            *(path, kind, type_name, device, nbytes, dtype, shape, alias_of, requires_grad),
+            [()] * n,  # breakdown
+            note,
+        )
+        if any(len(v) != n for v in values):
+            raise ValueError("extend_tensors: columns of different lengths")
+        for column, field_values in zip(self.columns, values):
+            column.extend(field_values)
+        add_bytes(self.device_bytes, device, nbytes)
 
     def mark(self) -> tuple[int, dict[str, int]]:
         return len(self), dict(self.device_bytes)
@@ -116,6 +117,94 @@ class RowTable:
             return list(map(_make_row, zip(*self.columns)))
         picked = [list(map(column.__getitem__, order)) for column in self.columns]
         return list(map(_make_row, zip(*picked)))
+
+
+class Rows(Sequence[Row]):
+    """The rows of a report in its order, read from a :class:`RowTable` as they are asked
+    for: ``rows[:30]`` builds 30 :class:`Row` tuples, not 10,000.
+
+    It behaves as the tuple of its rows: it compares, hashes, prints and pickles as that
+    tuple (``copy.deepcopy`` and ``dataclasses.asdict`` give the tuple). Once every row has
+    been built, the table is let go.
+    """
+
+    __slots__ = ("_built", "_order", "_table", "device_bytes")
+
+    def __init__(self, table: RowTable, order: Sequence[int]) -> None:
+        self._table: Optional[RowTable] = table
+        self._order: Optional[Sequence[int]] = order
+        self._built: Optional[tuple[Row, ...]] = None
+        # Bytes per device of these rows, when they are the whole table (None otherwise).
+        self.device_bytes = dict(table.device_bytes) if len(order) == len(table) else None
+
+    def as_tuple(self) -> tuple[Row, ...]:
+        if self._built is None:
+            assert self._table is not None and self._order is not None
+            self._built = tuple(self._table.rows(self._order))
+            self._table = self._order = None
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self._built) if self._built is not None else len(self._order or ())
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Row, ...]: ...
+
+    def __getitem__(self, index: Union[int, slice]) -> Union[Row, tuple[Row, ...]]:
+        if self._built is not None:
+            return self._built[index]
+        assert self._table is not None and self._order is not None
+        if isinstance(index, slice):
+            return tuple(self._table.rows(self._order[index]))
+        return self._table.row(self._order[index])
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self.as_tuple())
+
+    def find(self, path: str) -> Optional[Row]:
+        """The first row named ``path``, building only that one."""
+        if self._built is not None:
+            return next((r for r in self._built if r.path == path), None)
+        assert self._table is not None and self._order is not None
+        paths = self._table.column("path")
+        for i in self._order:
+            if paths[i] == path:
+                return self._table.row(i)
+        return None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rows):
+            return self.as_tuple() == other.as_tuple()
+        if isinstance(other, tuple):
+            return self.as_tuple() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.as_tuple())
+
+    def __repr__(self) -> str:
+        return repr(self.as_tuple())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return tuple, (self.as_tuple(),)
+
+    def __copy__(self) -> Rows:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> tuple[Row, ...]:
+        return self.as_tuple()  # rows hold only strings, numbers and tuples of them
+
+
+def add_bytes(out: dict[str, int], devices: Sequence[str], sizes: Sequence[int]) -> None:
+    """``out[device] += size`` for each pair; one ``sum`` when all are on one device."""
+    if len(set(devices)) == 1:
+        out[devices[0]] = out.get(devices[0], 0) + sum(sizes)
+    else:
+        for device, size in zip(devices, sizes):
+            out[device] = out.get(device, 0) + size
 
 
 def _add_totals(out: dict[str, int], rows: Iterable[Row]) -> None:
@@ -195,6 +284,7 @@ __all__ = [
     "Finding",
     "Row",
     "RowTable",
+    "Rows",
     "ScanStats",
     "to_plain",
     "totals_of",

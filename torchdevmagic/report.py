@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Optional
 
@@ -23,6 +23,7 @@ from torchdevmagic.records import (
     DeviceShare,
     Finding,
     Row,
+    Rows,
     RowTable,
     ScanStats,
     to_plain,
@@ -129,17 +130,16 @@ def finding_text(f: Finding) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class DevicesReport(Displayable):
     """What ``%devices`` shows and ``scan()`` returns: rows, findings, GPUs, scan statistics.
 
-    The rows live column-wise in ``table`` (``order`` lists the report's rows, filtered and
-    sorted); :attr:`rows` builds the :class:`Row` tuples on first use, and the renderings
-    build only the rows they show.
+    ``rows`` is a tuple, or from ``scan()`` a :class:`~torchdevmagic.records.Rows` that
+    behaves as one and builds each :class:`Row` when it is read: the renderings build only
+    the rows they show.
     """
 
-    table: RowTable = field(repr=False)
-    order: Sequence[int] = field(repr=False)  # indices into table
+    rows: Sequence[Row]
     findings: tuple[Finding, ...]
     gpus: tuple[DeviceMemory, ...]
     stats: ScanStats
@@ -150,32 +150,27 @@ class DevicesReport(Displayable):
     gpus_checked: bool = False
 
     # -- data for programs -----------------------------------------------------------------
-    @cached_property
-    def rows(self) -> tuple[Row, ...]:
-        """Every row of the report, in its order."""
-        return tuple(self.table.rows(self.order))
-
     def totals(self) -> dict[str, int]:
         """Bytes per device, every storage counted once (modules and optimizers included)."""
         return dict(self._totals)
 
     @cached_property
     def _totals(self) -> dict[str, int]:
-        # The table sums its rows as they arrive; a device filter keeps fewer rows.
-        if len(self.order) == len(self.table):
-            out = dict(self.table.device_bytes)
-        else:
-            out = totals_of(self.table.rows(self.order))
+        # A scan's table sums its rows as they arrive: no need to build every row.
+        known = self.rows.device_bytes if isinstance(self.rows, Rows) else None
+        out = dict(known) if known is not None else totals_of(self.rows)
         out.pop("none", None)  # an optimizer before its first step holds nothing
         return dict(sorted(out.items(), key=lambda kv: _device_order(kv[0])))
 
     def row(self, path: str) -> Row:
         """The first row named ``path``."""
-        paths = self.table.column("path")
-        for i in self.order:
-            if paths[i] == path:
-                return self.table.row(i)
-        raise KeyError(path)
+        if isinstance(self.rows, Rows):
+            found = self.rows.find(path)
+        else:
+            found = next((r for r in self.rows if r.path == path), None)
+        if found is None:
+            raise KeyError(path)
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,21 +184,21 @@ class DevicesReport(Displayable):
     # -- shared pieces -------------------------------------------------------------------
     def shown_rows(self) -> tuple[list[Row], int]:
         limit = DEFAULT_ROWS_SHOWN if self.top is None else self.top
-        if limit <= 0 or len(self.order) <= limit:
+        if limit <= 0 or len(self.rows) <= limit:
             return list(self.rows), 0
-        return self.table.rows(self.order[:limit]), len(self.order) - limit
+        return list(self.rows[:limit]), len(self.rows) - limit
 
     def headline(self) -> Optional[str]:
         if not self.torch_imported:
             return "torch is not imported in this namespace: there are no tensors to find."
-        if not self.order:
+        if not self.rows:
             where = f" on {self.device_filter}" if self.device_filter else ""
             return f"No tensors, modules or optimizers found{where}."
         return None
 
     def totals_line(self) -> str:
         parts = [f"{d} {format_bytes(b)}" for d, b in self.totals().items()]
-        count = plural(len(self.order), "row")
+        count = plural(len(self.rows), "row")
         return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({count})"
 
     def footer_lines(self, hidden_rows: int) -> list[str]:

@@ -27,7 +27,7 @@ import gc
 import sys
 import types
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, repeat
 from operator import is_, itemgetter
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, cast
 
 from torchdevmagic._format import format_bytes, plural
 from torchdevmagic._torch import torch_if_imported
-from torchdevmagic.records import DeviceShare, Finding, Row, RowTable, ScanStats
+from torchdevmagic.records import DeviceShare, Finding, Row, Rows, RowTable, ScanStats, add_bytes
 
 if TYPE_CHECKING:
     from torchdevmagic.report import DevicesReport
@@ -727,12 +727,7 @@ class _Scanner:
         owner = self.storage_owner
         if _all_new(keys, owner):
             owner.update(zip(cast("list[int]", keys), paths))  # no None: checked above
-            named = self.named_by_device
-            if len(set(devices)) == 1:
-                named[devices[0]] = named.get(devices[0], 0) + sum(sizes)
-            else:
-                for device, size in zip(devices, sizes):
-                    named[device] = named.get(device, 0) + size
+            add_bytes(self.named_by_device, devices, sizes)
             return sizes, None
         counted = list(map(self._count, keys, sizes, devices, paths))
         return [c[0] for c in counted], [c[1] for c in counted]
@@ -799,10 +794,8 @@ class _Scanner:
         tt = self.tt
         n = len(values)
         types_ = list(map(type, values))
-        kinds: Iterable[str]
-        names: Iterable[str]
         if all(map(is_, types_, repeat(tt.tensor))):
-            kinds, names = repeat("tensor", n), repeat("Tensor", n)
+            kinds, names = ["tensor"] * n, ["Tensor"] * n
         else:
             kinds = [
                 "parameter" if c is tt.parameter or issubclass(c, tt.parameter) else "tensor"
@@ -830,7 +823,7 @@ class _Scanner:
             nbytes=nbytes,
             dtype=cols.dtype,
             shape=cols.shape,
-            alias_of=aliases or repeat(None, n),
+            alias_of=aliases or [None] * n,
             requires_grad=cols.requires_grad,
             note=notes,
         )
@@ -1229,8 +1222,7 @@ def scan(
     torch = torch_if_imported()
     if torch is None:
         return DevicesReport(
-            table=RowTable(),
-            order=(),
+            rows=(),
             findings=(),
             gpus=(),
             stats=ScanStats(),
@@ -1268,14 +1260,13 @@ def scan(
     )
     order = row_order(scanner.rows, device, sort)
     findings = tuple(scanner.findings)
-    if device is not None:
-        paths = scanner.rows.column("path")
-        shown = [paths[i] for i in order]
-        findings = tuple(f for f in findings if _finding_matches(f, shown))
+    rows: Sequence[Row] = Rows(scanner.rows, order)
+    if device is not None:  # a filtered report keeps only its own rows
+        rows = tuple(rows)
+        findings = tuple(f for f in findings if _finding_matches(f, [r.path for r in rows]))
     return DevicesReport(
         gpus_checked=gpus,
-        table=scanner.rows,
-        order=order,
+        rows=rows,
         findings=findings,
         gpus=gpu_records,
         stats=stats,
