@@ -177,6 +177,13 @@ def main() -> None:
     growth = paired_ratio(lambda: scan(ns), lambda: scan(spaces[4]), args.repeat)
     print(f"scan() x4 / x1, run back to back: {growth:.1f}x (linear: 4.0x)")
     del spaces[2], spaces[4]
+    # torch.set_default_device (common in notebooks) installs a TorchFunctionMode.
+    torch.set_default_device("cpu")
+    try:
+        default_device = Samples(partial(scan, ns), args.repeat)
+    finally:
+        torch.set_default_device(None)
+    print(f"scan() x1 under torch.set_default_device('cpu'): {default_device.text()}")
     returned, displayed = through_shell(ns, args.repeat)
     print(f"%devices -o (real InteractiveShell, x1):         {returned.text()}")
     print(f"%devices, HTML + text rendered (real shell, x1): {displayed.text()}")
@@ -188,11 +195,12 @@ def main() -> None:
     # Each run, split by the machine's phase when it ran: fast = its calibration loop took at
     # most 1.25x the fastest calibration of this whole benchmark (on a machine without
     # phases, every run is fast).
-    everything = [*scanned.values(), returned, displayed]
+    everything = [*scanned.values(), default_device, returned, displayed]
     cutoff = 1.25 * min(min(s.calibration_ms) for s in everything)
     print(f"\nby phase (fast: calibration loop <= {cutoff:.1f} ms):")
     for label, samples in [
         *((f"scan() x{k}", v) for k, v in scanned.items()),
+        ("scan() x1 default dev", default_device),
         ("%devices -o", returned),
         ("%devices displayed", displayed),
     ]:

@@ -356,6 +356,35 @@ def test_diagnose_keeps_no_reference_to_tensors_or_frames() -> None:
     assert ref() is None
 
 
+def test_diagnose_runs_no_torch_function_mode() -> None:
+    """A TorchFunctionMode active when the error is analysed (user code) sees no call."""
+    from torch.overrides import TorchFunctionMode
+
+    import torchdevmagic
+
+    calls: list[str] = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            calls.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    model = torch.nn.Linear(4, 2).to("meta")
+    data = torch.randn(3, 4)
+    with Spy():
+        try:
+            model(data)
+        except RuntimeError as exc:
+            calls.clear()
+            d = torchdevmagic.diagnose(exc)
+        else:
+            raise AssertionError("no error")
+    assert d is not None and d.kind == "device_mismatch" and "data" in d.fix
+    assert calls == []
+
+
 def test_inspection_runs_no_user_code(shell: Any) -> None:
     run(shell, SETUP)
     run(

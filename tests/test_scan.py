@@ -493,6 +493,34 @@ def test_a_report_is_plain_data_though_its_rows_are_built_on_demand() -> None:
     assert type(meta.rows) is tuple and [r.path for r in meta.rows] == ["m"]
 
 
+def test_an_active_torch_function_mode_sees_no_call() -> None:
+    """A user's TorchFunctionMode is user code; torch.set_default_device installs one too."""
+    from torch.overrides import TorchFunctionMode
+
+    calls: list[str] = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            calls.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    ns = {
+        "xs": [torch.zeros(2) for _ in range(20)],
+        "t": torch.zeros(3, requires_grad=True),
+        "model": nn.Linear(2, 2),
+        "sparse": torch.eye(2).to_sparse(),
+        "fake_shape": torch.zeros(2, device="meta"),
+    }
+    ns["opt"] = torch.optim.SGD(ns["model"].parameters(), lr=0.1)
+    expected = scan(ns)
+    with Spy():
+        report = scan(ns)
+    assert calls == []
+    assert report.rows == expected.rows and report.totals() == expected.totals()
+
+
 # --- hostile namespaces ----------------------------------------------------------------------
 
 

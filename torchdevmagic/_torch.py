@@ -6,9 +6,10 @@ must stay cheap, and the scanner must not drag torch into a process that never u
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any, ContextManager, Optional
 
 
 class MissingDependency(ImportError):
@@ -22,6 +23,17 @@ def torch_if_imported() -> Optional[ModuleType]:
     has no reason to pay torch's import time (seconds) on their behalf.
     """
     return sys.modules.get("torch")
+
+
+def no_torch_function(torch: Any) -> ContextManager[Any]:
+    """A context in which reading tensor metadata runs no ``__torch_function__`` at all:
+    neither a tensor subclass's nor an active ``TorchFunctionMode``'s. A user's mode is user
+    code, and ``torch.set_default_device`` installs a mode that would see every property read
+    (a scan under it took 5x as long)."""
+    ctx = getattr(torch._C, "DisableTorchFunction", None) or getattr(
+        torch._C, "DisableTorchFunctionSubclass", None
+    )
+    return ctx() if ctx is not None else contextlib.nullcontext()
 
 
 def require_torch() -> ModuleType:

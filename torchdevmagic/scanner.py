@@ -34,7 +34,7 @@ from operator import is_, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, cast
 
 from torchdevmagic._format import format_bytes, plural
-from torchdevmagic._torch import torch_if_imported
+from torchdevmagic._torch import no_torch_function, torch_if_imported
 from torchdevmagic.records import DeviceShare, Finding, Row, Rows, RowTable, ScanStats, add_bytes
 
 if TYPE_CHECKING:
@@ -1233,7 +1233,7 @@ def scan(
         )
     scanner = _Scanner(_Torch.from_module(torch), max_depth, max_items, max_objects)
     hidden_names = set(hidden)
-    with _gc_paused():
+    with _gc_paused(), no_torch_function(torch):
         scanner.visit_all(
             (name, value)
             for name, value in list(_dict_items(dict(namespace)))
@@ -1249,9 +1249,11 @@ def scan(
     if gpus:
         from torchdevmagic.report import gpu_section
 
-        gpu_records = gpu_section(
-            scanner.named_by_device, lambda: scanner.holders(namespace), gpu_backend
-        )
+        def holders() -> dict[str, list[str]]:
+            with no_torch_function(torch):
+                return scanner.holders(namespace)
+
+        gpu_records = gpu_section(scanner.named_by_device, holders, gpu_backend)
     stats = ScanStats(
         objects_visited=scanner.visited,
         skipped_items=scanner.skipped_items,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from types import FrameType, TracebackType
 from typing import Any, Callable, Optional
 
 from torchdevmagic._format import format_bytes, format_dtype, format_shape, plural
+from torchdevmagic._torch import no_torch_function
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import rules as rl
@@ -59,10 +61,18 @@ def diagnose(
     pred = user_frame or cp.default_user_frame(namespace)
     frames: list[_Frame] = []
     try:
-        frames = _user_frames(exc.__traceback__, pred, namespace, torch)
-        return _diagnose(
-            match, rl.strip_wrappers(text), frames, namespace, torch, env_verdict, last_traceback
-        )
+        # Reading tensors runs no __torch_function__ (a subclass's or an active mode's).
+        with no_torch_function(torch) if torch is not None else contextlib.nullcontext():
+            frames = _user_frames(exc.__traceback__, pred, namespace, torch)
+            return _diagnose(
+                match,
+                rl.strip_wrappers(text),
+                frames,
+                namespace,
+                torch,
+                env_verdict,
+                last_traceback,
+            )
     finally:
         frames.clear()  # break frame references promptly
 
