@@ -521,6 +521,50 @@ def test_an_active_torch_function_mode_sees_no_call() -> None:
     assert report.rows == expected.rows and report.totals() == expected.totals()
 
 
+def _one_of_each_layout() -> dict[Any, Any]:
+    """A tensor of each layout, or None where this build cannot make one (mkldnn)."""
+    x = torch.eye(4)
+    made: dict[Any, Any] = {
+        torch.strided: x,
+        torch.sparse_coo: x.to_sparse(),
+        torch.sparse_csr: x.to_sparse_csr(),
+        torch.sparse_csc: x.to_sparse_csc(),
+        torch.sparse_bsr: x.to_sparse_bsr((2, 2)),
+        torch.sparse_bsc: x.to_sparse_bsc((2, 2)),
+        torch.jagged: torch.nested.nested_tensor(
+            [torch.zeros(2), torch.zeros(3)], layout=torch.jagged
+        ),
+    }
+    try:
+        made[torch._mkldnn] = x.to_mkldnn()  # type: ignore[attr-defined]
+    except RuntimeError:  # a build without MKLDNN
+        made[torch._mkldnn] = None  # type: ignore[attr-defined]
+    return made
+
+
+def test_every_layout_torch_defines_leaves_the_column_path() -> None:
+    """The column-wise reader has no layout pass: it relies on every layout but strided
+    refusing a storage (or a shape), and on subclasses being excluded by type. If this fails
+    after a torch upgrade, a new layout appeared: check that untyped_storage() refuses it."""
+    from torchdevmagic.scanner import _Torch, facts_columns
+
+    tt = _Torch.from_module(torch)
+    defined = {v for v in vars(torch).values() if isinstance(v, torch.layout)}
+    tensors = _one_of_each_layout()
+    assert defined <= set(tensors), f"new layouts: {defined - set(tensors)}"
+    tensors = {layout: t for layout, t in tensors.items() if t is not None}
+    plain = torch.zeros(2)
+    for layout, t in tensors.items():
+        assert t.layout is layout
+        batch = facts_columns([plain, t, plain], tt)
+        assert (batch is not None) == (layout is torch.strided), layout
+    ns = {str(layout): t for layout, t in tensors.items()}
+    report = run_scan(ns)  # each gets its layout's note through the one-at-a-time path
+    for layout in tensors:
+        if layout not in (torch.strided, torch.jagged):
+            assert report.row(str(layout)).note == str(layout).replace("torch.", "")
+
+
 # --- hostile namespaces ----------------------------------------------------------------------
 
 

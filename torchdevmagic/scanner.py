@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, repeat
-from operator import is_, itemgetter
+from operator import is_, is_not, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, cast
 
 from torchdevmagic._format import format_bytes, plural
@@ -293,22 +293,24 @@ def facts_columns(values: list[Any], tt: _Torch) -> Optional[_Columns]:
     """:func:`tensor_facts` for many plain strided tensors at once, as columns, or ``None``.
 
     Each C getter is mapped over the whole list: no Python frame and no Python-level loop per
-    tensor. ``None`` when any value is a subclass, non-strided or nested (those take the
+    tensor. ``None`` when any value is a subclass, nested or not strided (those take the
     general path, one tensor at a time).
     """
     if not values or not set(map(id, map(type, values))) <= {id(tt.tensor), id(tt.parameter)}:
         return None
-    if set(map(tt.get_layout, values)) != {tt.strided}:
-        return None
     try:
         return _read_columns(values, tt)
-    except Exception:  # nested, or a functorch wrapper without storage: one at a time
+    except Exception:  # see _read_columns: one at a time
         return None
 
 
 def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
-    shapes = list(map(tt.get_shape, values))  # nested tensors raise here
-    storages = list(map(tt.storage, values))  # vmap's BatchedTensor raises here
+    """Raises for any tensor that is not plain and strided, which is how facts_columns tells
+    them apart without a layout pass: nested tensors have no shape; sparse (every sparse
+    layout), mkldnn and vmap's BatchedTensor have no storage. test_scan checks that every
+    layout torch defines is refused."""
+    shapes = list(map(tt.get_shape, values))
+    storages = list(map(tt.storage, values))
     sizes = list(map(tt.storage_nbytes, storages))
     devices: list[Any]
     if tt.get_is_cpu is not None and all(map(tt.get_is_cpu, values)):
@@ -326,9 +328,8 @@ def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
         views = [0 if d == "meta" else b for d, b in zip(devices, views)]
     grads = list(map(tt.get_requires_grad, values))
     n = len(values)
-    if True in grads:
-        get_grad_fn = tt.get_grad_fn
-        graphs = [g and get_grad_fn(t) is not None for t, g in zip(values, grads)]
+    if True in grads:  # only a tensor that requires grad can have a grad_fn
+        graphs = list(map(is_not, map(tt.get_grad_fn, values), repeat(None)))
     else:
         graphs = [False] * n
     keys: list[Optional[int]] = list(map(tt.storage_key, storages))
