@@ -53,4 +53,5 @@ def format_dtype(dtype: Optional[str]) -> str:
 
 
 def plural(n: int, word: str, plural_word: Optional[str] = None) -> str:
-    return f"{n} {word if n == 1 else (plural_word or word + 's')}"
+    """``plural(10501, "row") -> '10,501 rows'``."""
+    return f"{n:,} {word if n == 1 else (plural_word or word + 's')}"

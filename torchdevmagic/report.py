@@ -71,7 +71,7 @@ def row_order(table: RowTable, device: Optional[str], key: str) -> list[int]:
 
 
 def breakdown_text(shares: Iterable[DeviceShare]) -> str:
-    return ", ".join(f"{s.device} ×{s.tensors} ({format_bytes(s.nbytes)})" for s in shares)
+    return ", ".join(f"{s.device} ×{s.tensors:,} ({format_bytes(s.nbytes)})" for s in shares)
 
 
 def _details(row: Row) -> str:

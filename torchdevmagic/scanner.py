@@ -913,7 +913,9 @@ class _Scanner:
         main = _target_device(shares)
         if len(shares) > 1:
             odd = [p for p, d in acc.tensors if d != main and not p.endswith(".grad")]
-            odd_devices = ", ".join(f"{s.device} ×{s.tensors}" for s in shares if s.device != main)
+            odd_devices = ", ".join(
+                f"{s.device} ×{s.tensors:,}" for s in shares if s.device != main
+            )
             self.findings.append(
                 Finding(
                     "split_module",
@@ -938,7 +940,7 @@ class _Scanner:
             nbytes=acc.total,
             dtype=dtype,
             breakdown=shares,
-            note=f"{n_params} tensors" if n_params != 1 else "1 tensor",
+            note=plural(n_params, "tensor"),
         )
         self.rows.append(row)
         self.module_rows.append(row)
