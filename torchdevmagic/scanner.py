@@ -29,7 +29,7 @@ import types
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby, repeat
+from itertools import chain, groupby, repeat
 from operator import is_, is_not, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, cast
 
@@ -845,12 +845,16 @@ class _Scanner:
         attributes = self.attributes
         owned: list[Any] = []  # parameters and buffers, facts read in one batch
         owned_paths: list[str] = []
+        seen, dict_cache = self.seen, self._dict_cache
+        namespaces: list[dict[str, Any]] = []  # each module's instance dict, and its path
+        module_paths: list[str] = []
         while stack:
             mpath, m = stack.pop()
             if id(m) in seen_modules:
                 continue
             seen_modules.add(id(m))
-            ns = attributes(m)
+            descriptor = dict_cache.get(id(type(m)), False)
+            ns = attributes(m) if descriptor is False else instance_attributes(m, descriptor)
             if ns is None:
                 continue
             for table in (ns.get("_parameters"), ns.get("_buffers")):
@@ -861,12 +865,13 @@ class _Scanner:
                             and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor"
                         ):
                             owned.append(t)
-                            owned_paths.append(_attr_path(mpath, str(name)))
-            # Plain tensor attributes are rare: one C-level pass over the value types first.
-            if not tensor_ids.isdisjoint(map(id, map(type, dict.values(ns)))):
-                for name, value in _dict_items(ns):
-                    if id(type(value)) in tensor_ids and type(name) is str:
-                        attrs_found.append((_attr_path(mpath, name), value))
+                            owned_paths.append(
+                                f"{mpath}.{name}"  # _attr_path, inlined for the common case
+                                if type(name) is str and name.isidentifier()
+                                else _attr_path(mpath, str(name))
+                            )
+            namespaces.append(ns)
+            module_paths.append(mpath)
             children = ns.get("_modules")
             if type(children) is dict and children:
                 for name, child in reversed(list(_dict_items(children))):
@@ -874,8 +879,23 @@ class _Scanner:
                         child is not None
                         and (kinds.get(id(type(child))) or kind_of(type(child))) == "module"
                     ):
-                        self.seen.add(id(child))
-                        stack.append((_module_child_path(mpath, str(name)), child))
+                        seen.add(id(child))
+                        stack.append(
+                            (
+                                f"{mpath}[{name}]"  # _module_child_path, inlined: Sequential
+                                if type(name) is str and name.isdigit()
+                                else _module_child_path(mpath, str(name)),
+                                child,
+                            )
+                        )
+        # Plain tensor attributes are rare: one C-level pass over every module's values first.
+        if not tensor_ids.isdisjoint(
+            map(id, map(type, chain.from_iterable(map(dict.values, namespaces))))
+        ):
+            for mpath, ns in zip(module_paths, namespaces):
+                for name, value in _dict_items(ns):
+                    if id(type(value)) in tensor_ids and type(name) is str:
+                        attrs_found.append((_attr_path(mpath, name), value))
         self._module_tensors(owned, owned_paths, acc)
         self._module_row(mod, path, acc, attrs_found)
 
