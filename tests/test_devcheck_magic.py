@@ -358,22 +358,15 @@ def test_diagnose_keeps_no_reference_to_tensors_or_frames() -> None:
 
 def test_diagnose_runs_no_torch_function_mode() -> None:
     """A TorchFunctionMode active when the error is analysed (user code) sees no call."""
-    from torch.overrides import TorchFunctionMode
+    from _spies import SpyMode
 
     import torchdevmagic
 
     calls: list[str] = []
 
-    class Spy(TorchFunctionMode):
-        def __torch_function__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            calls.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     model = torch.nn.Linear(4, 2).to("meta")
     data = torch.randn(3, 4)
-    with Spy():
+    with SpyMode(calls):
         try:
             model(data)
         except RuntimeError as exc:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from _spies import SpyMode, spy_tensor_class
 from torch import nn
 
 from torchdevmagic import scan
@@ -436,14 +437,9 @@ def test_wrapped_modules_are_walked() -> None:
 def test_tensor_subclass_overrides_are_not_run() -> None:
     calls: list[str] = []
 
-    class Spy(torch.Tensor):
-        @classmethod
-        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):  # type: ignore[override]
-            calls.append(str(func))
-            return super().__torch_function__(func, types, args, kwargs or {})
-
+    class Spy(spy_tensor_class(calls)):  # type: ignore[misc]
         @property
-        def device(self) -> Any:  # type: ignore[override]
+        def device(self) -> Any:
             raise RuntimeError("user property ran")
 
     spy = torch.zeros(3).as_subclass(Spy)
@@ -455,13 +451,7 @@ def test_tensor_subclass_overrides_are_not_run() -> None:
 
 def test_a_subclass_grad_runs_no_override() -> None:
     calls: list[str] = []
-
-    class Spy(torch.Tensor):
-        @classmethod
-        def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):  # type: ignore[override]
-            calls.append(str(func))
-            return super().__torch_function__(func, types, args, kwargs or {})
-
+    Spy = spy_tensor_class(calls)
     layer = nn.Linear(2, 2)
     layer.weight.grad = torch.zeros(2, 2).as_subclass(Spy)
     calls.clear()
@@ -495,16 +485,7 @@ def test_a_report_is_plain_data_though_its_rows_are_built_on_demand() -> None:
 
 def test_an_active_torch_function_mode_sees_no_call() -> None:
     """A user's TorchFunctionMode is user code; torch.set_default_device installs one too."""
-    from torch.overrides import TorchFunctionMode
-
     calls: list[str] = []
-
-    class Spy(TorchFunctionMode):
-        def __torch_function__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            calls.append(str(func))
-            return func(*args, **(kwargs or {}))
 
     ns = {
         "xs": [torch.zeros(2) for _ in range(20)],
@@ -515,7 +496,7 @@ def test_an_active_torch_function_mode_sees_no_call() -> None:
     }
     ns["opt"] = torch.optim.SGD(ns["model"].parameters(), lr=0.1)
     expected = scan(ns)
-    with Spy():
+    with SpyMode(calls):
         report = scan(ns)
     assert calls == []
     assert report.rows == expected.rows and report.totals() == expected.totals()
