@@ -546,6 +546,18 @@ def test_every_layout_torch_defines_leaves_the_column_path() -> None:
             assert report.row(str(layout)).note == str(layout).replace("torch.", "")
 
 
+def test_a_view_whose_grad_fn_raises_is_still_reported() -> None:
+    base = torch.zeros(4, requires_grad=True).clone()
+    with torch.no_grad():
+        view = base[:2]
+    base.mul_(2)  # reading view.grad_fn now raises
+    views = [base[:1].detach()] + [view] * 20  # the column path too
+    report = run_scan({"view": view, "views": views})
+    assert report.row("view").shape == (2,) and report.row("view").requires_grad
+    assert len([r for r in report.rows if r.path.startswith("views[")]) == 21
+    assert report.stats.skipped_objects == 0
+
+
 # --- hostile namespaces ----------------------------------------------------------------------
 
 

@@ -244,7 +244,7 @@ def _strided_facts(t: Any, tt: _Torch, note: str) -> _TensorFacts:
         nbytes,
         view,
         requires_grad,
-        requires_grad and tt.get_grad_fn(t) is not None,
+        requires_grad and _has_graph(t, tt),
         note,
     )
 
@@ -256,7 +256,7 @@ def _special_facts(t: Any, cls: type, tt: _Torch) -> _TensorFacts:
     requires_grad = bool(tt.get_requires_grad(t))
     if tt.uninitialized and issubclass(cls, tt.uninitialized):
         return _TensorFacts(device, dtype, None, None, 0, 0, requires_grad, False, "uninitialized")
-    has_grad_fn = tt.get_grad_fn(t) is not None
+    has_grad_fn = _has_graph(t, tt)
     if tt.fake_types and issubclass(cls, tt.fake_types):
         shape = _safe_shape(t, tt)
         return _TensorFacts(device, dtype, shape, None, 0, 0, requires_grad, has_grad_fn, "fake")
@@ -338,6 +338,15 @@ def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
         graphs = [False] * n
     keys: list[Optional[int]] = list(map(tt.storage_key, storages))
     return _Columns(devices, dtypes, shapes, keys, sizes, views, grads, graphs, [""] * n)
+
+
+def _has_graph(t: Any, tt: _Torch) -> bool:
+    """Whether ``t`` has a ``grad_fn``. Reading it raises for a view made under no_grad
+    whose base was then changed in place: that tensor is still reported, without a graph."""
+    try:
+        return tt.get_grad_fn(t) is not None
+    except RuntimeError:
+        return False
 
 
 def _safe_shape(t: Any, tt: _Torch) -> Optional[tuple[int, ...]]:
