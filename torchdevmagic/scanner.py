@@ -605,7 +605,7 @@ class _Scanner:
             if id(obj) in self.seen:
                 return
             self.seen.add(id(obj))
-            getattr(self, "walk_" + kind)(obj, path, depth)
+            _WALKERS[kind](self, obj, path, depth)
         except Exception:
             self.skipped_objects += 1
 
@@ -630,10 +630,13 @@ class _Scanner:
             if str_keys and self._fits(values) and self._only_tensors(values):
                 self._defer(values, [f"{path}[{k!r}]" for k in keys])
                 return
+        kinds = self._kind_cache
         for i, (key, value) in enumerate(_dict_items(d)):
             if i >= limit:
                 self._truncate(path, dict.__len__(d) - i)
                 return
+            if kinds.get(id(type(value))) == "skip":  # numbers in a config dict: no path to build
+                continue
             if type(key) is str:
                 visit(value, f"{path}[{key!r}]", depth)
             else:
@@ -1143,6 +1146,14 @@ class _Scanner:
                 )
 
 
+_WALKERS: dict[str, Callable[[_Scanner, Any, str, int], None]] = {
+    "dict": _Scanner.walk_dict,
+    "sequence": _Scanner.walk_sequence,
+    "namedtuple": _Scanner.walk_namedtuple,
+    "set": _Scanner.walk_set,
+    "object": _Scanner.walk_object,
+    "module": _Scanner.walk_module,
+}
 _first, _second = itemgetter(0), itemgetter(1)
 _class_name = type.__dict__["__name__"].__get__  # not a metaclass's __name__ property
 
