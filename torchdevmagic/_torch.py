@@ -29,7 +29,9 @@ def no_torch_function(torch: Any) -> ContextManager[Any]:
     """A context in which reading tensor metadata runs no ``__torch_function__`` at all:
     neither a tensor subclass's nor an active ``TorchFunctionMode``'s. A user's mode is user
     code, and ``torch.set_default_device`` installs a mode that would see every property read
-    (a scan under it took 5x as long)."""
+    (a scan under it took 5x as long). ``torch`` may be ``None`` (not imported): no context."""
+    if torch is None:
+        return contextlib.nullcontext()
     ctx = getattr(torch._C, "DisableTorchFunction", None) or getattr(
         torch._C, "DisableTorchFunctionSubclass", None
     )

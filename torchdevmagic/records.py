@@ -97,7 +97,7 @@ class RowTable:
             raise ValueError("extend_tensors: columns of different lengths")
         for column, field_values in zip(self.columns, values):
             column.extend(field_values)
-        add_bytes(self.device_bytes, device, nbytes)
+        add_by_device(self.device_bytes, device, nbytes)
 
     def mark(self) -> tuple[int, dict[str, int]]:
         return len(self), dict(self.device_bytes)
@@ -198,13 +198,14 @@ class Rows(Sequence[Row]):
         return self.as_tuple()  # rows hold only strings, numbers and tuples of them
 
 
-def add_bytes(out: dict[str, int], devices: Sequence[str], sizes: Sequence[int]) -> None:
-    """``out[device] += size`` for each pair; one ``sum`` when all are on one device."""
+def add_by_device(out: dict[str, int], devices: Sequence[str], amounts: Iterable[int]) -> None:
+    """``out[device] += amount`` for each pair (bytes, or counts); one ``sum`` when all are on
+    one device, the usual case."""
     if len(set(devices)) == 1:
-        out[devices[0]] = out.get(devices[0], 0) + sum(sizes)
+        out[devices[0]] = out.get(devices[0], 0) + sum(amounts)
     else:
-        for device, size in zip(devices, sizes):
-            out[device] = out.get(device, 0) + size
+        for device, amount in zip(devices, amounts):
+            out[device] = out.get(device, 0) + amount
 
 
 def _add_totals(out: dict[str, int], rows: Iterable[Row]) -> None:

@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, cast
 
 from torchdevmagic._format import format_bytes, plural
 from torchdevmagic._torch import no_torch_function, torch_if_imported
-from torchdevmagic.records import DeviceShare, Finding, Row, Rows, RowTable, ScanStats, add_bytes
+from torchdevmagic.records import (
+    DeviceShare,
+    Finding,
+    Row,
+    Rows,
+    RowTable,
+    ScanStats,
+    add_by_device,
+)
 
 if TYPE_CHECKING:
     from torchdevmagic.report import DevicesReport
@@ -488,14 +496,8 @@ class _Accumulator:
     def add_many(
         self, devices: list[str], nbytes: list[int], dtypes: list[str], paths: list[str]
     ) -> None:
-        if len(set(devices)) == 1:  # one device (the usual module): no per-tensor loop
-            device = devices[0]
-            self.counts[device] = self.counts.get(device, 0) + len(devices)
-            self.bytes[device] = self.bytes.get(device, 0) + sum(nbytes)
-        else:
-            for device, size in zip(devices, nbytes):
-                self.counts[device] = self.counts.get(device, 0) + 1
-                self.bytes[device] = self.bytes.get(device, 0) + size
+        add_by_device(self.counts, devices, repeat(1, len(devices)))
+        add_by_device(self.bytes, devices, nbytes)
         self.dtypes.update(dtypes)
         self.total += sum(nbytes)
         self.tensors.extend(zip(paths, devices))
@@ -744,7 +746,7 @@ class _Scanner:
         owner = self.storage_owner
         if _all_new(keys, owner):
             owner.update(zip(cast("list[int]", keys), paths))  # no None: checked above
-            add_bytes(self.named_by_device, devices, sizes)
+            add_by_device(self.named_by_device, devices, sizes)
             return sizes, None
         counted = list(map(self._count, keys, sizes, devices, paths))
         return [c[0] for c in counted], [c[1] for c in counted]
@@ -857,7 +859,7 @@ class _Scanner:
         attributes = self.attributes
         owned: list[Any] = []  # parameters and buffers, facts read in one batch
         owned_paths: list[str] = []
-        seen, dict_cache = self.seen, self._dict_cache
+        seen = self.seen
         namespaces: list[dict[str, Any]] = []  # each module's instance dict, and its path
         module_paths: list[str] = []
         while stack:
@@ -865,8 +867,7 @@ class _Scanner:
             if id(m) in seen_modules:
                 continue
             seen_modules.add(id(m))
-            descriptor = dict_cache.get(id(type(m)), False)
-            ns = attributes(m) if descriptor is False else instance_attributes(m, descriptor)
+            ns = attributes(m)
             if ns is None:
                 continue
             for table in (ns.get("_parameters"), ns.get("_buffers")):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,7 +61,7 @@ def diagnose(
     frames: list[_Frame] = []
     try:
         # Reading tensors runs no __torch_function__ (a subclass's or an active mode's).
-        with no_torch_function(torch) if torch is not None else contextlib.nullcontext():
+        with no_torch_function(torch):
             frames = _user_frames(exc.__traceback__, pred, namespace, torch)
             return _diagnose(
                 match,

@@ -9,6 +9,7 @@ apply the shell's AST transformers, split off a final expression, ``exec`` the r
 from __future__ import annotations
 
 import ast
+import functools
 import weakref
 from dataclasses import dataclass
 from types import CodeType
@@ -83,20 +84,19 @@ def plain_python(cell: str) -> bool:
     return True
 
 
-_DEFAULT_TRANSFORMS: list[tuple[list[Any], list[Any], list[Any]]] = []
+@functools.lru_cache(maxsize=1)
+def _fresh_transforms() -> tuple[list[Any], list[Any], list[Any]]:
+    """The transformer lists of a new ``TransformerManager``: IPython's defaults."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    fresh = TransformerManager()
+    return fresh.cleanup_transforms, fresh.line_transforms, fresh.token_transformers
 
 
 def _default_transforms(manager: Any) -> bool:
     """Whether ``manager`` holds IPython's default transformers and nothing else."""
-    if not _DEFAULT_TRANSFORMS:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        fresh = TransformerManager()
-        _DEFAULT_TRANSFORMS.append(
-            (fresh.cleanup_transforms, fresh.line_transforms, fresh.token_transformers)
-        )
     mine = (manager.cleanup_transforms, manager.line_transforms, manager.token_transformers)
-    return mine == _DEFAULT_TRANSFORMS[0]
+    return mine == _fresh_transforms()
 
 
 def transform_cell(shell: Any, cell: str) -> str:
