@@ -89,6 +89,43 @@ def test_meta_model_cpu_data(shell: Any, capsys: Any) -> None:
     assert shell.user_ns["y"].device.type == "meta"
 
 
+OLD_TABLES = """
+import collections
+def old_tables(model):  # as torch 2.1-2.4 build modules: OrderedDict tables
+    for m in list(model.modules()):
+        for name in ("_parameters", "_buffers", "_modules"):
+            m.__dict__[name] = collections.OrderedDict(m.__dict__[name])
+    return model
+"""
+
+
+def test_modules_of_torch_before_2_5_are_named(shell: Any) -> None:
+    """torch 2.1-2.4 keep module tables in OrderedDicts: the model is still named as
+    context, and a plain tensor attribute inside it as the culprit."""
+    run(shell, SETUP + OLD_TABLES + "model = old_tables(model)")
+    assert isinstance(run(shell, magic("y = model(x)")).error_in_exec, RuntimeError)
+    d = last_diagnosis(shell)
+    assert culprit_names(d) == ["x"]
+    assert [(c.expression, c.device) for c in d.context] == [("model", "meta")]
+    run(
+        shell,
+        """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.scale = torch.ones(2)
+    def forward(self, inp):
+        return self.fc(inp) * self.scale
+net = old_tables(Net().to(DEVICE))
+batch = torch.randn(3, 4, device=DEVICE)
+""",
+    )
+    d = fails_then_fixed(shell, magic("out = net(batch)"))
+    assert culprit_names(d) == ["net.scale"]
+    assert d.fix == "net.scale = net.scale.to(DEVICE)"
+
+
 def test_stray_plain_tensor_attribute_in_forward(shell: Any) -> None:
     run(shell, SETUP)
     run(

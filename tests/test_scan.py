@@ -319,7 +319,7 @@ def test_totals_add_tensor_rows_and_module_and_optimizer_breakdowns() -> None:
         "model": model,
         "x": torch.zeros(100),
         "m": torch.zeros(3, device="meta"),
-        "opt": torch.optim.SGD(model[0].parameters(), momentum=0.9),
+        "opt": torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9),
         "fresh": fresh,
     }
     model[0](torch.zeros(1, 4)).sum().backward()
@@ -391,6 +391,58 @@ def test_shared_submodule_counted_once() -> None:
     shared = nn.Linear(4, 4)
     model = nn.Sequential(shared, shared)
     assert run_scan({"model": model}).row("model").nbytes == (16 + 4) * 4
+
+
+def _with_old_tables(model: nn.Module, table_type: type) -> nn.Module:
+    """``model`` as torch 2.1-2.4 builds it: every module's _parameters, _buffers and
+    _modules are OrderedDicts (plain dicts since 2.5)."""
+    for m in list(model.modules()):
+        for name in ("_parameters", "_buffers", "_modules"):
+            m.__dict__[name] = table_type(m.__dict__[name])
+    return model
+
+
+def _tree() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2), nn.Linear(2, 2, bias=False))
+    model[1].to("meta")  # split, so that the finding names odd tensors
+    return model
+
+
+def test_modules_of_torch_before_2_5_are_read_like_current_ones() -> None:
+    """torch 2.1-2.4 keep module tables in OrderedDicts: same rows, breakdowns and findings."""
+    current = run_scan({"model": _tree()})
+    old = run_scan({"model": _with_old_tables(_tree(), collections.OrderedDict)})
+    assert old.rows == current.rows
+    assert old.findings == current.findings
+    row = old.row("model")
+    assert row.note == "8 tensors"  # 2 + 2 + 1 parameters, 3 BatchNorm buffers
+    assert "model[1].weight" in old.findings[0].message
+
+
+class _Hostile(dict):  # type: ignore[type-arg]
+    """A table whose every Python-level reader raises: the scan must read it through
+    dict's own C methods."""
+
+    def _boom(self, *args: Any) -> Any:
+        raise AssertionError("user code ran")
+
+    items = keys = values = get = __iter__ = __len__ = __getitem__ = __bool__ = _boom  # type: ignore[assignment]
+
+
+def test_module_tables_of_a_dict_subclass_run_none_of_its_methods() -> None:
+    current = run_scan({"model": _tree()})
+    hostile = run_scan({"model": _with_old_tables(_tree(), _Hostile)})
+    assert hostile.rows == current.rows
+
+
+def test_torch_2_1_tensor_base_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.1 has torch._C._TensorBase only (2.2 renamed it, keeping the alias)."""
+    base = torch._C.TensorBase
+    monkeypatch.delattr(torch._C, "TensorBase")
+    monkeypatch.setattr(torch._C, "_TensorBase", base, raising=False)
+    report = run_scan({"x": torch.zeros(3), "model": nn.Linear(2, 2)})
+    assert report.row("x").nbytes == 12 and report.row("model").note == "2 tensors"
 
 
 # --- special tensors ----------------------------------------------------------------------------
@@ -512,10 +564,11 @@ def _one_of_each_layout() -> dict[Any, Any]:
         torch.sparse_csc: x.to_sparse_csc(),
         torch.sparse_bsr: x.to_sparse_bsr((2, 2)),
         torch.sparse_bsc: x.to_sparse_bsc((2, 2)),
-        torch.jagged: torch.nested.nested_tensor(
-            [torch.zeros(2), torch.zeros(3)], layout=torch.jagged
-        ),
     }
+    if hasattr(torch, "jagged"):  # torch 2.1 has no jagged layout
+        made[torch.jagged] = torch.nested.nested_tensor(
+            [torch.zeros(2), torch.zeros(3)], layout=torch.jagged
+        )
     try:
         made[torch._mkldnn] = x.to_mkldnn()  # type: ignore[attr-defined]
     except RuntimeError:  # a build without MKLDNN
@@ -542,7 +595,7 @@ def test_every_layout_torch_defines_leaves_the_column_path() -> None:
     ns = {str(layout): t for layout, t in tensors.items()}
     report = run_scan(ns)  # each gets its layout's note through the one-at-a-time path
     for layout in tensors:
-        if layout not in (torch.strided, torch.jagged):
+        if layout not in (torch.strided, getattr(torch, "jagged", None)):
             assert report.row(str(layout)).note == str(layout).replace("torch.", "")
 
 
@@ -965,7 +1018,11 @@ def test_module_walk_batched_and_general_agree(monkeypatch: Any) -> None:
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
     model[2].to("meta")
     model[0](torch.randn(3, 4)).sum().backward()
-    shared = {"model": model, "w": model[0].weight, "opt": torch.optim.SGD(model.parameters())}
+    shared = {
+        "model": model,
+        "w": model[0].weight,
+        "opt": torch.optim.SGD(model.parameters(), lr=0.1),
+    }
     batched = run_scan(shared)
     monkeypatch.setattr(scanner, "facts_columns", lambda values, tt: None)
     general = run_scan(shared)

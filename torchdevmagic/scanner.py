@@ -152,7 +152,8 @@ class _Torch:
 
     @classmethod
     def from_module(cls, torch: Any) -> _Torch:
-        base = torch._C.TensorBase
+        # torch 2.1 names it _TensorBase (2.2 renamed it and kept the old name as an alias).
+        base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
         no_dispatch = getattr(torch._C, "DisableTorchFunctionSubclass", None)
         fakes: tuple[type, ...] = ()
         fake_mod = sys.modules.get("torch._subclasses.fake_tensor")
@@ -420,6 +421,16 @@ def instance_attributes(obj: Any, descriptor: Any = False) -> Optional[dict[str,
     return found if type(found) is dict else None
 
 
+def module_table(namespace: Mapping[str, Any], name: str) -> Optional[dict[str, Any]]:
+    """A module's ``_parameters``, ``_buffers`` or ``_modules`` table, read from its instance
+    dict; ``None`` when it is missing or not a dict.
+
+    torch before 2.5 keeps these tables in OrderedDicts, so a dict subclass is accepted: read
+    it through dict's own C methods (``dict.items(table)``), never the subclass's."""
+    table = namespace.get(name)
+    return table if table is not None and issubclass(type(table), dict) else None
+
+
 def slot_values(obj: Any) -> Iterator[tuple[str, Any]]:
     """``(name, value)`` for filled ``__slots__`` read through their member descriptors."""
     seen: set[str] = set()
@@ -463,6 +474,11 @@ def _key_text(key: Any) -> Optional[str]:
     if kt is tuple and all(type(k) in (str, int, bool) for k in key):
         return repr(key)
     return None
+
+
+def _name_text(name: Any) -> str:
+    """A module table's key as text; str() only where it runs no user code."""
+    return name if type(name) is str else _key_text(name) or "<key>"
 
 
 def _attr_path(path: str, name: str) -> str:
@@ -851,66 +867,103 @@ class _Scanner:
     def walk_module(self, mod: Any, path: str, depth: int) -> None:
         """Parameters, buffers (and their grads) of the module tree, read from the module
         dicts directly: ``named_parameters()`` is a method a subclass may override."""
+        namespaces, module_paths = self._module_tree(mod, path)
         acc = _Accumulator()
-        attrs_found: list[tuple[str, Any]] = []  # plain tensor attributes
-        stack = [(path, mod)]
+        self._module_tensors(*self._owned_tensors(namespaces, module_paths), acc)
+        self._module_row(mod, path, acc, self._plain_tensor_attributes(namespaces, module_paths))
+
+    def _module_tree(self, mod: Any, path: str) -> tuple[list[dict[str, Any]], list[str]]:
+        """The instance dicts of ``mod`` and of each submodule once, depth first in
+        ``named_modules()`` order, and the paths a user would type for them."""
+        kinds, kind_of, seen = self._kind_cache, self.kind_of, self.seen
+        descriptors, attributes = self._dict_cache, self.attributes
+        namespaces: list[dict[str, Any]] = []
+        paths: list[str] = []
         seen_modules: set[int] = set()
-        kinds, kind_of, tensor_ids = self._kind_cache, self.kind_of, self.tensor_type_ids
-        attributes = self.attributes
-        owned: list[Any] = []  # parameters and buffers, facts read in one batch
-        owned_paths: list[str] = []
-        seen = self.seen
-        namespaces: list[dict[str, Any]] = []  # each module's instance dict, and its path
-        module_paths: list[str] = []
+        stack = [(path, mod)]
+        pop, push = stack.pop, stack.append
         while stack:
-            mpath, m = stack.pop()
+            mpath, m = pop()
             if id(m) in seen_modules:
                 continue
             seen_modules.add(id(m))
-            ns = attributes(m)
-            if ns is None:
-                continue
-            for table in (ns.get("_parameters"), ns.get("_buffers")):
-                if type(table) is dict and table:
-                    for name, t in _dict_items(table):
-                        if (
-                            t is not None
-                            and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor"
-                        ):
-                            owned.append(t)
-                            owned_paths.append(
-                                f"{mpath}.{name}"  # _attr_path, inlined for the common case
-                                if type(name) is str and name.isidentifier()
-                                else _attr_path(mpath, str(name))
-                            )
+            descriptor = descriptors.get(id(type(m)))
+            if descriptor is None:  # class not met yet, or without a readable __dict__
+                ns = attributes(m)
+                if ns is None:
+                    continue
+            else:  # self.attributes(m), inlined: a model has thousands of modules
+                try:
+                    ns = descriptor.__get__(m)
+                except Exception:
+                    continue
+                if type(ns) is not dict:
+                    continue
             namespaces.append(ns)
-            module_paths.append(mpath)
-            children = ns.get("_modules")
-            if type(children) is dict and children:
-                for name, child in reversed(list(_dict_items(children))):
-                    if (
-                        child is not None
-                        and (kinds.get(id(type(child))) or kind_of(type(child))) == "module"
-                    ):
-                        seen.add(id(child))
-                        stack.append(
-                            (
-                                f"{mpath}[{name}]"  # _module_child_path, inlined: Sequential
-                                if type(name) is str and name.isdigit()
-                                else _module_child_path(mpath, str(name)),
-                                child,
-                            )
+            paths.append(mpath)
+            children: Any = ns.get("_modules")
+            # A dict subclass too (torch before 2.5 keeps the tables in OrderedDicts): read
+            # through dict's own C methods, never the subclass's.
+            if type(children) is dict:
+                if not children:
+                    continue  # a leaf
+            elif not issubclass(type(children), dict) or not dict.__len__(children):
+                continue
+            for name, child in reversed(list(_dict_items(children))):
+                if (
+                    child is not None
+                    and (kinds.get(id(type(child))) or kind_of(type(child))) == "module"
+                ):
+                    seen.add(id(child))
+                    push(
+                        (
+                            f"{mpath}[{name}]"  # _module_child_path, inlined: Sequential
+                            if type(name) is str and name.isdigit()
+                            else _module_child_path(mpath, _name_text(name)),
+                            child,
                         )
-        # Plain tensor attributes are rare: one C-level pass over every module's values first.
-        if not tensor_ids.isdisjoint(
+                    )
+        return namespaces, paths
+
+    def _owned_tensors(
+        self, namespaces: list[dict[str, Any]], module_paths: list[str]
+    ) -> tuple[list[Any], list[str]]:
+        """Parameters then buffers of each module, in module order, and their paths.
+        Entries that are not tensors (``None`` for ``bias=False``) are skipped."""
+        kinds, kind_of = self._kind_cache, self.kind_of
+        owned: list[Any] = []
+        owned_paths: list[str] = []
+        for mpath, ns in zip(module_paths, namespaces):
+            tables: tuple[Any, Any] = (ns.get("_parameters"), ns.get("_buffers"))
+            for table in tables:
+                if type(table) is not dict and not issubclass(type(table), dict):
+                    continue  # a dict subclass is read through dict's own methods, as above
+                for name, t in _dict_items(table):
+                    if t is not None and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor":
+                        owned.append(t)
+                        owned_paths.append(
+                            f"{mpath}.{name}"  # _attr_path, inlined for the common case
+                            if type(name) is str and name.isidentifier()
+                            else _attr_path(mpath, _name_text(name))
+                        )
+        return owned, owned_paths
+
+    def _plain_tensor_attributes(
+        self, namespaces: list[dict[str, Any]], module_paths: list[str]
+    ) -> list[tuple[str, Any]]:
+        """Tensors set as plain attributes of a module (not parameters, not buffers)."""
+        tensor_ids = self.tensor_type_ids
+        # Rare: one C-level pass over every module's values first.
+        if tensor_ids.isdisjoint(
             map(id, map(type, chain.from_iterable(map(dict.values, namespaces))))
         ):
-            for mpath, ns in zip(module_paths, namespaces):
-                for name, value in _dict_items(ns):
-                    if id(type(value)) in tensor_ids and type(name) is str:
-                        attrs_found.append((_attr_path(mpath, name), value))
-        self._module_tensors(owned, owned_paths, acc)
-        self._module_row(mod, path, acc, attrs_found)
+            return []
+        return [
+            (_attr_path(mpath, name), value)
+            for mpath, ns in zip(module_paths, namespaces)
+            for name, value in _dict_items(ns)
+            if id(type(value)) in tensor_ids and type(name) is str
+        ]
 
     def _module_tensors(self, tensors: list[Any], paths: list[str], acc: _Accumulator) -> None:
         """Parameters and buffers of a module tree, column-wise; then their grads."""

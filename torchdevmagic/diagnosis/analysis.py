@@ -15,6 +15,7 @@ from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis, location_text
+from torchdevmagic.scanner import module_table
 
 EnvVerdict = Callable[[rl.Match], Optional[str]]
 OUTER_FRAMES = 3  # user frames analysed from the top (the cell and what it called) ...
@@ -146,10 +147,10 @@ def _name_in_namespace(obj_id: int, namespace: Mapping[str, Any], torch: Any) ->
         while stack and budget > 0:
             path, mod = stack.pop()
             budget -= 1
-            subs = cp._instance_dict(mod).get("_modules")
-            if type(subs) is not dict:
+            subs = module_table(cp._instance_dict(mod), "_modules")
+            if subs is None:
                 continue
-            for key, sub in subs.items():
+            for key, sub in dict.items(subs):
                 if sub is None:
                     continue
                 sub_path = f"{path}[{key}]" if key.isdigit() else f"{path}.{key}"

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, Callable, NamedTuple, Optional
 
+from torchdevmagic.scanner import instance_attributes, module_table
+
 _MISSING = object()
 MAX_MODULE_TENSORS = 20_000  # enough for any real model; bounds the walk of odd objects
 MAX_CONTAINER_ITEMS = 64
@@ -84,8 +86,6 @@ def _safe_tensor_type(obj: Any, torch: Any) -> bool:
 def _instance_dict(obj: Any) -> Mapping[str, Any]:
     # The scanner's reader: object.__getattribute__(obj, "__dict__") would call a __dict__
     # property defined by the class, which is user code.
-    from torchdevmagic.scanner import instance_attributes
-
     return instance_attributes(obj) or {}
 
 
@@ -127,17 +127,17 @@ def module_tensors(mod: Any, torch: Any) -> Iterator[tuple[Any, bool]]:
         visited_modules.add(id(m))
         d = _instance_dict(m)
         for key, is_param in (("_parameters", True), ("_buffers", False)):
-            table = d.get(key)
-            if type(table) is not dict:
+            table = module_table(d, key)
+            if table is None:
                 continue
-            for t in table.values():
+            for t in dict.values(table):
                 if is_tensor(t, torch) and id(t) not in seen:
                     seen.add(id(t))
                     n += 1
                     yield t, is_param
-        subs = d.get("_modules")
-        if type(subs) is dict:
-            stack.extend(s for s in reversed(list(subs.values())) if is_module(s, torch))
+        subs = module_table(d, "_modules")
+        if subs is not None:
+            stack.extend(s for s in reversed(list(dict.values(subs))) if is_module(s, torch))
 
 
 def _counted(devices: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
@@ -249,9 +249,9 @@ def static_attr(obj: Any, name: str, torch: Any) -> Any:
         if name in d:
             return d[name]
         for table in ("_parameters", "_buffers", "_modules"):
-            t = d.get(table)
-            if type(t) is dict and name in t:
-                return t[name]
+            t = module_table(d, table)
+            if t is not None and dict.__contains__(t, name):
+                return dict.__getitem__(t, name)
         return _MISSING
     try:
         value = inspect.getattr_static(obj, name, _MISSING)
@@ -396,9 +396,9 @@ def self_tensors(f_locals: Mapping[str, Any], torch: Any) -> list[Value]:
     d = _instance_dict(me)
     out: list[Value] = []
     for table in ("_parameters", "_buffers"):
-        t = d.get(table)
-        if type(t) is dict:
-            for name, tensor in t.items():
+        t = module_table(d, table)
+        if t is not None:
+            for name, tensor in dict.items(t):
                 v = describe(tensor, f"self.{name}", torch) if tensor is not None else None
                 if v is not None:
                     out.append(v)
