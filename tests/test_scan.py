@@ -438,8 +438,8 @@ def test_module_tables_of_a_dict_subclass_run_none_of_its_methods() -> None:
 
 def test_torch_2_1_tensor_base_name(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch 2.1 has torch._C._TensorBase only (2.2 renamed it, keeping the alias)."""
-    base = torch._C.TensorBase
-    monkeypatch.delattr(torch._C, "TensorBase")
+    base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+    monkeypatch.delattr(torch._C, "TensorBase", raising=False)
     monkeypatch.setattr(torch._C, "_TensorBase", base, raising=False)
     report = run_scan({"x": torch.zeros(3), "model": nn.Linear(2, 2)})
     assert report.row("x").nbytes == 12 and report.row("model").note == "2 tensors"

@@ -2,7 +2,7 @@
 
 ``scan()`` takes shortcuts for speed: it reads plain tensors in batches (``facts_columns``),
 visits big containers in one step (``BATCH_MIN``), counts a column of new storages at once
-(``_all_new``), skips the per-row note logic when no row can need one (``_no_notes``) and
+(``_new_owners``), skips the per-row note logic when no row can need one (``_no_notes``) and
 adds a batch of tensor rows a column at a time (``RowTable.extend_tensors``).
 Random namespaces mixing aliases, views, parameters, meta and sparse tensors, tensor
 subclasses, modules and optimizers are scanned with every shortcut on and with every shortcut
@@ -117,7 +117,7 @@ def test_fast_and_one_at_a_time_scans_agree(ns: dict[str, Any]) -> None:
             scanner,
             facts_columns=lambda values, tt: None,
             BATCH_MIN=10**9,
-            _all_new=lambda keys, owner: False,
+            _new_owners=lambda keys, paths, owner: None,
             _no_notes=lambda cols, aliases: False,
         ),
         mock.patch.object(RowTable, "extend_tensors", _append_one_by_one),

@@ -200,24 +200,21 @@ class _TensorFacts(NamedTuple):
     note: str
 
 
-# Device and dtype objects -> their text; torch hands out equal objects, so this stays tiny.
-_DEVICE_TEXT: dict[Any, str] = {}
-_DTYPE_TEXT: dict[Any, str] = {}
+class _TextOf(dict[Any, str]):
+    """Device or dtype objects -> their text, made on first use: ``table[obj]`` never misses,
+    so a whole column maps through ``table.__getitem__`` in C. torch hands out equal
+    objects, so these stay tiny."""
+
+    def __missing__(self, key: Any) -> str:
+        text = str(key)
+        text = self[key] = text[6:] if text.startswith("torch.") else text
+        return text
 
 
-def _device_text(device: Any) -> str:
-    text = _DEVICE_TEXT.get(device)
-    if text is None:
-        text = _DEVICE_TEXT[device] = str(device)
-    return text
-
-
-def _dtype_text(dtype: Any) -> str:
-    text = _DTYPE_TEXT.get(dtype)
-    if text is None:
-        text = str(dtype)
-        text = _DTYPE_TEXT[dtype] = text[6:] if text.startswith("torch.") else text
-    return text
+_DEVICE_TEXT = _TextOf()
+_DTYPE_TEXT = _TextOf()
+_device_text = _DEVICE_TEXT.__getitem__
+_dtype_text = _DTYPE_TEXT.__getitem__
 
 
 def tensor_facts(t: Any, tt: _Torch) -> _TensorFacts:
@@ -232,7 +229,7 @@ def tensor_facts(t: Any, tt: _Torch) -> _TensorFacts:
 def _strided_facts(t: Any, tt: _Torch, note: str) -> _TensorFacts:
     # One tensor at a time (subclasses, and batches facts_columns refused); plain tensors in
     # bulk take _read_columns, the same facts column-wise.
-    device = _DEVICE_TEXT.get(tt.get_device(t)) or _device_text(tt.get_device(t))
+    device = _device_text(tt.get_device(t))
     try:
         shape: Optional[tuple[int, ...]] = tt.get_shape(t)  # torch.Size is a tuple
     except Exception:
@@ -247,7 +244,7 @@ def _strided_facts(t: Any, tt: _Torch, note: str) -> _TensorFacts:
     requires_grad = tt.get_requires_grad(t)
     return _TensorFacts(
         device,
-        _DTYPE_TEXT.get(tt.get_dtype(t)) or _dtype_text(tt.get_dtype(t)),
+        _dtype_text(tt.get_dtype(t)),
         shape,
         key,
         nbytes,
@@ -308,7 +305,12 @@ def facts_columns(values: list[Any], tt: _Torch) -> Optional[_Columns]:
     tensor. ``None`` when any value is a subclass, nested or not strided (those take the
     general path, one tensor at a time).
     """
-    if not values or not set(map(id, map(type, values))) <= {id(tt.tensor), id(tt.parameter)}:
+    if not values:
+        return None
+    if not _all_exactly(values, tt.tensor) and not set(map(id, map(type, values))) <= {
+        id(tt.tensor),
+        id(tt.parameter),
+    }:
         return None
     try:
         return _read_columns(values, tt)
@@ -329,12 +331,8 @@ def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
     if tt.get_is_cpu is not None and all(map(tt.get_is_cpu, values)):
         devices = ["cpu"] * len(values)  # a bool per tensor, no device object to build
     else:
-        devices = list(map(_DEVICE_TEXT.get, map(tt.get_device, values)))
-        if None in devices:
-            devices = [_device_text(d) for d in map(tt.get_device, values)]
-    dtypes: list[Any] = list(map(_DTYPE_TEXT.get, map(tt.get_dtype, values)))
-    if None in dtypes:
-        dtypes = [_dtype_text(d) for d in map(tt.get_dtype, values)]
+        devices = list(map(_device_text, map(tt.get_device, values)))
+    dtypes = list(map(_dtype_text, map(tt.get_dtype, values)))
     views = list(map(tt.get_nbytes, values))
     if "meta" in devices:  # meta tensors hold no memory
         sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
@@ -685,6 +683,8 @@ class _Scanner:
         return self.visited + len(values) <= self.budget
 
     def _only_tensors(self, values: list[Any]) -> bool:
+        if _all_exactly(values, self.tt.tensor):  # the usual case, without a dict of classes
+            return True
         types_ = list(map(type, values))
         classes = dict(zip(map(id, types_), types_))  # keyed by id: see __init__
         kinds, kind_of = self._kind_cache, self.kind_of
@@ -760,8 +760,9 @@ class _Scanner:
             self.flush()  # tensors met earlier own their storage first
         keys, sizes, devices = cols.storage_key, cols.storage_bytes, cols.device
         owner = self.storage_owner
-        if _all_new(keys, owner):
-            owner.update(zip(cast("list[int]", keys), paths))  # no None: checked above
+        first = _new_owners(keys, paths, owner)
+        if first is not None:
+            owner.update(first)
             add_by_device(self.named_by_device, devices, sizes)
             return sizes, None
         counted = list(map(self._count, keys, sizes, devices, paths))
@@ -828,10 +829,10 @@ class _Scanner:
             )
         tt = self.tt
         n = len(values)
-        types_ = list(map(type, values))
-        if all(map(is_, types_, repeat(tt.tensor))):
+        if _all_exactly(values, tt.tensor):
             kinds, names = ["tensor"] * n, ["Tensor"] * n
         else:
+            types_ = list(map(type, values))
             kinds = [
                 "parameter" if c is tt.parameter or issubclass(c, tt.parameter) else "tensor"
                 for c in types_
@@ -1212,10 +1213,20 @@ _first, _second = itemgetter(0), itemgetter(1)
 _class_name = type.__dict__["__name__"].__get__  # not a metaclass's __name__ property
 
 
-def _all_new(keys: list[Optional[int]], owner: dict[int, str]) -> bool:
-    """Whether a column of storages can be counted at once: none missing (``None``), none
-    repeated, none counted before."""
-    return None not in keys and len(set(keys)) == len(keys) and owner.keys().isdisjoint(keys)
+def _new_owners(
+    keys: list[Optional[int]], paths: list[str], owner: dict[int, str]
+) -> Optional[dict[int, str]]:
+    """``{storage key: path}`` for a column whose storages can be counted at once (none
+    missing, none repeated, none counted before), else ``None``."""
+    first = dict(zip(keys, paths))
+    if len(first) == len(keys) and None not in first and owner.keys().isdisjoint(first):
+        return cast("dict[int, str]", first)
+    return None
+
+
+def _all_exactly(values: list[Any], cls: type) -> bool:
+    """Whether every value's type is exactly ``cls``: no class is hashed or compared."""
+    return all(map(is_, map(type, values), repeat(cls)))
 
 
 def _no_notes(cols: _Columns, aliases: Optional[list[Optional[str]]]) -> bool:
