@@ -1023,7 +1023,18 @@ def test_module_walk_batched_and_general_agree(monkeypatch: Any) -> None:
         "w": model[0].weight,
         "opt": torch.optim.SGD(model.parameters(), lr=0.1),
     }
+    read: list[int] = []
+    original = scanner.placement_columns
+
+    def spy(values: list[Any], tt: Any) -> Any:
+        found = original(values, tt)
+        read.append(len(values) if found is not None else -len(values))
+        return found
+
+    monkeypatch.setattr(scanner, "placement_columns", spy)
     batched = run_scan(shared)
+    assert read == [2 + 5 + 2]  # every parameter and buffer in one column-wise read
     monkeypatch.setattr(scanner, "facts_columns", lambda values, tt: None)
+    monkeypatch.setattr(scanner, "placement_columns", lambda values, tt: None)
     general = run_scan(shared)
     assert batched.rows == general.rows and batched.findings == general.findings

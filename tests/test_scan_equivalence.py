@@ -116,6 +116,7 @@ def test_fast_and_one_at_a_time_scans_agree(ns: dict[str, Any]) -> None:
         mock.patch.multiple(
             scanner,
             facts_columns=lambda values, tt: None,
+            placement_columns=lambda values, tt: None,
             BATCH_MIN=10**9,
             _new_owners=lambda keys, paths, owner: None,
             _no_notes=lambda cols, aliases: False,
