@@ -201,7 +201,7 @@ class Rows(Sequence[Row]):
 def add_by_device(out: dict[str, int], devices: Sequence[str], amounts: Iterable[int]) -> None:
     """``out[device] += amount`` for each pair (bytes, or counts); one ``sum`` when all are on
     one device, the usual case."""
-    if len(set(devices)) == 1:
+    if devices and devices.count(devices[0]) == len(devices):  # by identity first: no hashing
         out[devices[0]] = out.get(devices[0], 0) + sum(amounts)
     else:
         for device, amount in zip(devices, amounts):

@@ -347,9 +347,10 @@ def _plain(values: list[Any], tt: _Torch) -> bool:
 # attribute lookup through the type finds TensorBase's getset directly, about 15% faster per
 # pass than calling the descriptor's __get__ wrapper. A subclass could define these names,
 # so subclasses never take this path (tt.get_* reads them through the descriptors).
-_shape_of, _dtype_of, _device_of, _is_cpu_of, _nbytes_of, _requires_grad_of, _cdata_of = map(
-    attrgetter, ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", "_cdata")
+_shape_of, _dtype_of, _device_of, _is_cpu_of, _nbytes_of, _requires_grad_of, _grad_of = map(
+    attrgetter, ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", "grad")
 )
+_cdata_of = attrgetter("_cdata")
 
 
 def _read_placement(
@@ -359,14 +360,19 @@ def _read_placement(
     without storage (every sparse layout, mkldnn, vmap's BatchedTensor)."""
     storages = list(map(tt.storage, values))
     sizes = list(map(tt.storage_nbytes, storages))
+    n = len(values)
     devices: list[str]
     if tt.get_is_cpu is not None and all(map(_is_cpu_of, values)):
-        devices = ["cpu"] * len(values)  # a bool per tensor, no device object to build
+        devices = ["cpu"] * n  # a bool per tensor, no device object to build
     else:
         devices = list(map(_device_text, map(_device_of, values)))
-    dtypes = list(map(_dtype_text, map(_dtype_of, values)))
-    if "meta" in devices:  # meta tensors hold no memory
-        sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
+        if "meta" in devices:  # meta tensors hold no memory
+            sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
+    dtype_objects = list(map(_dtype_of, values))
+    if dtype_objects.count(dtype_objects[0]) == n:  # one dtype (torch's dtypes are singletons)
+        dtypes = [_dtype_text(dtype_objects[0])] * n
+    else:
+        dtypes = list(map(_dtype_text, dtype_objects))
     keys: list[Optional[int]] = list(map(_cdata_of, storages))
     return devices, dtypes, keys, sizes
 
@@ -1014,8 +1020,10 @@ class _Scanner:
         """Parameters and buffers of a module tree, column-wise; then their grads."""
         tt = self.tt
         cols: Union[_Placement, _Columns, None] = placement_columns(tensors, tt)
+        grad_of: Callable[[Any], Any] = _grad_of  # exact Tensor / Parameter: see _shape_of
         if cols is None:
             tensors, paths, cols = self._facts_one_by_one(tensors, paths)
+            grad_of = tt.get_grad
         nbytes, _ = self._count_many(cols, paths)
         ids = list(map(id, tensors))
         if self.param_path.keys().isdisjoint(ids):  # first path wins, as with setdefault
@@ -1024,7 +1032,7 @@ class _Scanner:
             for i, p in zip(ids, paths):
                 self.param_path.setdefault(i, p)
         acc.add_many(cols.device, nbytes, cols.dtype, paths)
-        grads = list(map(tt.get_grad, tensors))
+        grads = list(map(grad_of, tensors))
         if all(map(is_, grads, repeat(None))):  # not grads.count(None): that runs Tensor.__eq__
             return
         for p, grad in zip(paths, grads):
