@@ -165,6 +165,7 @@ def test_lstm_with_cpu_hidden_state(shell: Any) -> None:
     assert d.fix == "h0, c0 = h0.to(DEVICE), c0.to(DEVICE)"
 
 
+@pytest.mark.meta_index_check
 def test_index_tensor_created_without_device(shell: Any) -> None:
     run(shell, SETUP)
     run(shell, "acc = torch.zeros(5, 3, device=DEVICE)\nsrc = torch.ones(2, 3, device=DEVICE)")
@@ -184,6 +185,7 @@ def test_discarded_to_is_pointed_at(shell: Any) -> None:
     assert any("throws the result away" in n for n in d.notes)
 
 
+@pytest.mark.fake_cuda
 def test_fake_cuda_weight_and_cpu_input(shell: Any) -> None:
     """FakeTensor reports cuda:0 on a CPU build and raises the real dispatcher message."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -313,6 +315,7 @@ def test_bad_option_is_usage_error(shell: Any) -> None:
         shell.run_line_magic("devcheck", "sideways")
 
 
+@pytest.mark.fake_cuda
 def test_numpy_of_fake_cuda_tensor(shell: Any) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -329,6 +332,7 @@ def test_numpy_of_fake_cuda_tensor(shell: Any) -> None:
     assert d.fix == "arr = to_numpy(preds.detach().cpu())"
 
 
+@pytest.mark.fake_cuda
 def test_oom_names_biggest_variables_and_shape_bug(shell: Any) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 

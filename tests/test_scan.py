@@ -116,7 +116,11 @@ def test_split_module_is_a_finding_naming_the_odd_parameters() -> None:
     assert "model[1].weight" in finding.message and "model[1].bias" in finding.message
     assert "meta ×2" in finding.message
     assert finding.fix is not None and finding.fix.startswith("model.to_empty(device='cpu')")
-    # Two real devices (a fake cuda:0 stands in for the GPU): move everything to the GPU.
+
+
+@pytest.mark.fake_cuda
+def test_split_across_real_devices_moves_everything_to_the_gpu() -> None:
+    """Two real devices (a fake cuda:0 stands in for the GPU): move everything to the GPU."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
@@ -296,6 +300,7 @@ def test_grad_tensor_on_cpu_while_model_is_elsewhere() -> None:
     assert not [f for f in report.findings if f.code == "grad_tensor_on_cpu"]
 
 
+@pytest.mark.fake_cuda
 def test_grad_tensor_on_cpu_while_model_is_on_a_gpu() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -448,11 +453,21 @@ def test_torch_2_1_tensor_base_name(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- special tensors ----------------------------------------------------------------------------
 
 
-def test_special_tensors_never_crash_the_scan() -> None:
+@pytest.mark.fake_cuda
+def test_a_fake_tensor_reports_its_cuda_device_and_no_memory() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         fake = torch.empty(3, 4, device="cuda")
+    row = run_scan({"fake": fake}).row("fake")
+    assert row.device == "cuda:0" and row.note == "fake" and row.nbytes == 0
+
+
+def test_special_tensors_never_crash_the_scan() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake = torch.empty(3, 4)  # on cpu: torch 2.1 needs a driver for a fake cuda tensor
     lazy = nn.LazyLinear(4)
     nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
     ns = {
@@ -470,7 +485,7 @@ def test_special_tensors_never_crash_the_scan() -> None:
     assert report.row("csr").note == "sparse_csr"
     assert report.row("quant").nbytes == 4 and report.row("quant").dtype == "qint8"
     assert report.row("nested").shape is None and report.row("nested").nbytes == 20
-    assert report.row("fake").device == "cuda:0"
+    assert report.row("fake").device == "cpu"
     assert report.row("fake").note == "fake" and report.row("fake").nbytes == 0
     assert report.row("lazy").kind == "module"
     assert str(report)  # renders
@@ -887,6 +902,7 @@ def _fake_gpu_backend(allocated: int) -> Any:
     return GpuBackend(torch=fake_torch(cuda), nvml=Nvml(load=lambda: FakePynvml([])), environ={})
 
 
+@pytest.mark.fake_cuda
 def test_gpu_rows_show_named_vs_allocated_and_the_gap() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -366,7 +366,17 @@ def test_named_bytes_check_on_cpu(shell: Any, tmp_path: Path) -> None:
     assert outcome.figure == f"named {sc.format_bytes(held)}, tensors hold {sc.format_bytes(held)}"
 
 
-@pytest.mark.parametrize("scenario", sc.SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(
+            s,
+            id=s.name,
+            marks=[pytest.mark.meta_index_check] if s.name == "index_wrong_device" else [],
+        )
+        for s in sc.SCENARIOS
+    ],
+)
 def test_devcheck_scenarios_on_meta(shell: Any, tmp_path: Path, scenario: sc.Scenario) -> None:
     """The same scenario code as on the GPU, with meta standing in for cuda:0. A meta
     checkpoint loads back onto meta whatever map_location says, so here the checkpoint is
