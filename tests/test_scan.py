@@ -614,6 +614,38 @@ def test_every_layout_torch_defines_leaves_the_column_path() -> None:
             assert report.row(str(layout)).note == str(layout).replace("torch.", "")
 
 
+@pytest.mark.parametrize(
+    ("owner", "name"),
+    [
+        ("Tensor", "dtype"),
+        ("Parameter", "grad"),
+        ("Tensor", "__getattribute__"),
+        ("Storage", "_cdata"),
+    ],
+)
+def test_attributes_patched_onto_torch_classes_never_run(owner: str, name: str) -> None:
+    """The column reads look attributes up through torch.Tensor / nn.Parameter /
+    UntypedStorage; something set on those classes (a user's patch) must not run."""
+    cls = {"Tensor": torch.Tensor, "Parameter": nn.Parameter, "Storage": torch.UntypedStorage}
+    target = cls[owner]
+    assert name not in vars(target)
+    ran: list[str] = []
+
+    def patched(*args: Any) -> Any:
+        ran.append(name)
+        raise AssertionError("user code ran")
+
+    ns = {"d": {f"k{i}": torch.zeros(2) for i in range(20)}, "model": nn.Linear(2, 2)}
+    expected = run_scan(ns)
+    setattr(target, name, patched if name == "__getattribute__" else property(patched))
+    try:
+        report = run_scan(ns)
+    finally:
+        delattr(target, name)
+    assert ran == []
+    assert report.rows == expected.rows and report.row("d['k0']").dtype == "float32"
+
+
 def test_a_view_whose_grad_fn_raises_is_still_reported() -> None:
     base = torch.zeros(4, requires_grad=True).clone()
     with torch.no_grad():

@@ -146,6 +146,7 @@ class _Torch:
     strided: Any
     no_subclass_dispatch: Callable[[], Any]
     uninitialized: tuple[type, ...]
+    read: _Readers
     # One torch.Size object per distinct shape (a scan's rows share them): tens of thousands
     # fewer objects for the garbage collector to traverse and for a kept report to hold.
     shapes: dict[Any, Any] = field(default_factory=dict)
@@ -164,6 +165,16 @@ class _Torch:
             from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
             uninit = (UninitializedTensorMixin,)
+        descriptors = _Readers(
+            shape=base.shape.__get__,
+            dtype=base.dtype.__get__,
+            device=base.device.__get__,
+            is_cpu=base.is_cpu.__get__ if hasattr(base, "is_cpu") else None,
+            nbytes=base.nbytes.__get__,
+            requires_grad=base.requires_grad.__get__,
+            grad=base.grad.__get__,
+            storage_key=torch._C.StorageBase._cdata.__get__,
+        )
         return cls(
             tensor=torch.Tensor,
             module=torch.nn.Module,
@@ -185,6 +196,52 @@ class _Torch:
             strided=torch.strided,
             no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
             uninitialized=uninit,
+            read=_Readers.choose(torch, base, descriptors),
+        )
+
+
+_READ_NAMES = ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", "grad")
+
+
+class _Readers(NamedTuple):
+    """Column readers for values that are exactly torch.Tensor or nn.Parameter (and for their
+    UntypedStorage): ``attrgetter`` where an attribute lookup through those classes reaches
+    TensorBase's own getsets (about 15% less per pass than calling each descriptor's
+    ``__get__``), the descriptors themselves where torch's classes were patched."""
+
+    shape: Callable[[Any], Any]
+    dtype: Callable[[Any], Any]
+    device: Callable[[Any], Any]
+    is_cpu: Optional[Callable[[Any], bool]]
+    nbytes: Callable[[Any], int]
+    requires_grad: Callable[[Any], bool]
+    grad: Callable[[Any], Any]
+    storage_key: Callable[[Any], int]
+
+    @classmethod
+    def choose(cls, torch: Any, base: type, descriptors: _Readers) -> _Readers:
+        storage_base = torch._C.StorageBase
+        for klass, stop, names in (
+            (torch.Tensor, base, _READ_NAMES),
+            (torch.nn.Parameter, base, _READ_NAMES),
+            (torch.UntypedStorage, storage_base, ("_cdata",)),
+        ):
+            for k in _mro(klass):
+                if k is stop:
+                    break
+                ns = _type_dict(k)
+                if "__getattribute__" in ns or any(name in ns for name in names):
+                    return descriptors  # something patched in: it could be user code
+        shape, dtype, device, is_cpu, nbytes, requires_grad, grad = map(attrgetter, _READ_NAMES)
+        return cls(
+            shape,
+            dtype,
+            device,
+            is_cpu if descriptors.is_cpu is not None else None,  # a torch without is_cpu
+            nbytes,
+            requires_grad,
+            grad,
+            attrgetter("_cdata"),
         )
 
 
@@ -343,16 +400,6 @@ def _plain(values: list[Any], tt: _Torch) -> bool:
     )
 
 
-# Column reads of exactly torch.Tensor / nn.Parameter values (and their UntypedStorage): an
-# attribute lookup through the type finds TensorBase's getset directly, about 15% faster per
-# pass than calling the descriptor's __get__ wrapper. A subclass could define these names,
-# so subclasses never take this path (tt.get_* reads them through the descriptors).
-_shape_of, _dtype_of, _device_of, _is_cpu_of, _nbytes_of, _requires_grad_of, _grad_of = map(
-    attrgetter, ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", "grad")
-)
-_cdata_of = attrgetter("_cdata")
-
-
 def _read_placement(
     values: list[Any], tt: _Torch
 ) -> tuple[list[str], list[str], list[Optional[int]], list[int]]:
@@ -362,18 +409,19 @@ def _read_placement(
     sizes = list(map(tt.storage_nbytes, storages))
     n = len(values)
     devices: list[str]
-    if tt.get_is_cpu is not None and all(map(_is_cpu_of, values)):
+    read = tt.read
+    if read.is_cpu is not None and all(map(read.is_cpu, values)):
         devices = ["cpu"] * n  # a bool per tensor, no device object to build
     else:
-        devices = list(map(_device_text, map(_device_of, values)))
+        devices = list(map(_device_text, map(read.device, values)))
         if "meta" in devices:  # meta tensors hold no memory
             sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
-    dtype_objects = list(map(_dtype_of, values))
+    dtype_objects = list(map(read.dtype, values))
     if dtype_objects.count(dtype_objects[0]) == n:  # one dtype (torch's dtypes are singletons)
         dtypes = [_dtype_text(dtype_objects[0])] * n
     else:
         dtypes = list(map(_dtype_text, dtype_objects))
-    keys: list[Optional[int]] = list(map(_cdata_of, storages))
+    keys: list[Optional[int]] = list(map(read.storage_key, storages))
     return devices, dtypes, keys, sizes
 
 
@@ -382,13 +430,13 @@ def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
     them apart without a layout pass: nested tensors have no shape; sparse (every sparse
     layout), mkldnn and vmap's BatchedTensor have no storage. test_scan checks that every
     layout torch defines is refused."""
-    shapes = list(map(_shape_of, values))
+    shapes = list(map(tt.read.shape, values))
     shapes = list(map(tt.shapes.setdefault, shapes, shapes))  # torch.Size hashes as a tuple
     devices, dtypes, keys, sizes = _read_placement(values, tt)
-    views = list(map(_nbytes_of, values))
+    views = list(map(tt.read.nbytes, values))
     if "meta" in devices:
         views = [0 if d == "meta" else b for d, b in zip(devices, views)]
-    grads = list(map(_requires_grad_of, values))
+    grads = list(map(tt.read.requires_grad, values))
     n = len(values)
     if True in grads:  # only a tensor that requires grad can have a grad_fn
         graphs = list(map(is_not, map(tt.get_grad_fn, values), repeat(None)))
@@ -1020,7 +1068,7 @@ class _Scanner:
         """Parameters and buffers of a module tree, column-wise; then their grads."""
         tt = self.tt
         cols: Union[_Placement, _Columns, None] = placement_columns(tensors, tt)
-        grad_of: Callable[[Any], Any] = _grad_of  # exact Tensor / Parameter: see _shape_of
+        grad_of = tt.read.grad  # exact Tensor / Parameter: see _Readers
         if cols is None:
             tensors, paths, cols = self._facts_one_by_one(tensors, paths)
             grad_of = tt.get_grad
