@@ -165,6 +165,46 @@ def test_lstm_with_cpu_hidden_state(shell: Any) -> None:
     assert d.fix == "h0, c0 = h0.to(DEVICE), c0.to(DEVICE)"
 
 
+def test_module_table_keys_that_are_not_str_run_no_code(shell: Any) -> None:
+    """Keys of _modules and _parameters that are not str (a user object, an int) are named
+    without calling their methods, and the diagnosis still comes."""
+    run(
+        shell,
+        SETUP
+        + """
+ran = []
+class Key:
+    def isdigit(self):
+        ran.append("isdigit")
+        return False
+    def __format__(self, spec):
+        ran.append("__format__")
+        return "k"
+    def __str__(self):
+        ran.append("__str__")
+        return "k"
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(4, device=DEVICE))
+        self._parameters[Key()] = nn.Parameter(torch.zeros(1, device=DEVICE))
+    def forward(self, inp):
+        return inp + self.w
+outer, numbered = nn.Module(), nn.Module()
+outer._modules[Key()] = Inner()
+numbered._modules[0] = Inner()
+x = torch.randn(3, 4)
+""",
+    )
+    for name, inner in (("outer", "outer['<key>']"), ("numbered", "numbered[0]")):
+        result = run(shell, magic(f"y = list(dict.values({name}._modules))[0](x)"))
+        assert isinstance(result.error_in_exec, RuntimeError)
+        d = last_diagnosis(shell)
+        assert culprit_names(d) == ["x"]
+        assert {c.expression for c in d.context} >= {name, f"{inner}.w"}
+    assert shell.user_ns["ran"] == []
+
+
 @pytest.mark.meta_index_check
 def test_index_tensor_created_without_device(shell: Any) -> None:
     run(shell, SETUP)

@@ -425,20 +425,35 @@ def test_modules_of_torch_before_2_5_are_read_like_current_ones() -> None:
     assert "model[1].weight" in old.findings[0].message
 
 
-class _Hostile(dict):  # type: ignore[type-arg]
-    """A table whose every Python-level reader raises: the scan must read it through
-    dict's own C methods."""
-
-    def _boom(self, *args: Any) -> Any:
-        raise AssertionError("user code ran")
-
-    items = keys = values = get = __iter__ = __len__ = __getitem__ = __bool__ = _boom  # type: ignore[assignment]
+def _boom(self: Any, *args: Any) -> Any:
+    raise AssertionError("user code ran")
 
 
-def test_module_tables_of_a_dict_subclass_run_none_of_its_methods() -> None:
+_READERS = ("items", "keys", "values", "get", "__iter__", "__len__", "__getitem__", "__bool__")
+
+
+@pytest.mark.parametrize("base", [dict, collections.OrderedDict])
+def test_module_tables_of_a_dict_subclass_run_none_of_its_methods(base: type) -> None:
+    """Tables whose every Python-level reader raises: the scan must read them through the
+    base class's C methods."""
+    hostile = type("Hostile", (base,), dict.fromkeys(_READERS, _boom))
     current = run_scan({"model": _tree()})
-    hostile = run_scan({"model": _with_old_tables(_tree(), _Hostile)})
-    assert hostile.rows == current.rows
+    assert run_scan({"model": _with_old_tables(_tree(), hostile)}).rows == current.rows
+
+
+def test_old_tables_are_read_in_their_own_order_after_move_to_end() -> None:
+    """An OrderedDict table is read in its linked order (which move_to_end changes and
+    dict.items does not see): a tied weight belongs to the path named_parameters() gives."""
+    shared = nn.Parameter(torch.zeros(100))
+    model = nn.Module()
+    model.a, model.b = nn.Linear(1, 1), nn.Linear(1, 1)
+    model.a.weight = model.b.weight = shared
+    model = _with_old_tables(model, collections.OrderedDict)
+    model._modules.move_to_end("a")  # now b comes first
+    assert next(iter(model.named_parameters()))[0] == "b.weight"
+    report = run_scan({"model": model, "w": shared})
+    assert report.row("w").alias_of == "model.b.weight"
+    assert report.row("model").nbytes == (100 + 1 + 1) * 4
 
 
 def test_torch_2_1_tensor_base_name(monkeypatch: pytest.MonkeyPatch) -> None:

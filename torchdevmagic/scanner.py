@@ -22,6 +22,7 @@ The report holds only strings and numbers, so ``del x`` frees ``x`` even if a re
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import sys
@@ -527,6 +528,20 @@ def module_table(namespace: Mapping[str, Any], name: str) -> Optional[dict[str, 
     return table if table is not None and issubclass(type(table), dict) else None
 
 
+_odict_items = collections.OrderedDict.items
+
+
+def table_items(table: Any) -> Iterable[tuple[Any, Any]]:
+    """A module table's ``(name, value)`` pairs in its own order, through C methods only.
+    An OrderedDict (torch before 2.5) is read in its linked order, which ``move_to_end``
+    changes and ``dict.items`` does not see; any other dict in insertion order."""
+    return (
+        _odict_items(table)
+        if issubclass(type(table), collections.OrderedDict)
+        else _dict_items(table)
+    )
+
+
 def slot_values(obj: Any) -> Iterator[tuple[str, Any]]:
     """``(name, value)`` for filled ``__slots__`` read through their member descriptors."""
     seen: set[str] = set()
@@ -575,6 +590,18 @@ def _key_text(key: Any) -> Optional[str]:
 def _name_text(name: Any) -> str:
     """A module table's key as text; str() only where it runs no user code."""
     return name if type(name) is str else _key_text(name) or "<key>"
+
+
+def attribute_path(path: str, name: Any) -> str:
+    """``path.name`` as a user would type it, for any key of an attribute table:
+    ``path['odd key']`` when the name is no identifier; a key that is not a str is shown
+    without calling any of its methods."""
+    return _attr_path(path, _name_text(name))
+
+
+def module_child_path(path: str, name: Any) -> str:
+    """A submodule's path: ``model[0]`` (Sequential, ModuleList), else as :func:`attribute_path`."""
+    return _module_child_path(path, _name_text(name))
 
 
 def _attr_path(path: str, name: str) -> str:
@@ -1008,7 +1035,7 @@ class _Scanner:
                     continue  # a leaf
             elif not issubclass(type(children), dict) or not dict.__len__(children):
                 continue
-            for name, child in reversed(list(_dict_items(children))):
+            for name, child in reversed(list(table_items(children))):
                 if (
                     child is not None
                     and (kinds.get(id(type(child))) or kind_of(type(child))) == "module"
@@ -1037,7 +1064,7 @@ class _Scanner:
             for table in tables:
                 if type(table) is not dict and not issubclass(type(table), dict):
                     continue  # a dict subclass is read through dict's own methods, as above
-                for name, t in _dict_items(table):
+                for name, t in _dict_items(table) if type(table) is dict else table_items(table):
                     if t is not None and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor":
                         owned.append(t)
                         owned_paths.append(

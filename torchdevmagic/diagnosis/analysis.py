@@ -15,7 +15,7 @@ from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis, location_text
-from torchdevmagic.scanner import module_table
+from torchdevmagic.scanner import module_child_path, module_table, table_items
 
 EnvVerdict = Callable[[rl.Match], Optional[str]]
 OUTER_FRAMES = 3  # user frames analysed from the top (the cell and what it called) ...
@@ -136,6 +136,7 @@ def _name_in_namespace(obj_id: int, namespace: Mapping[str, Any], torch: Any) ->
         items = list(dict.items(namespace)) if isinstance(namespace, dict) else []
     except Exception:
         return None
+    items = [(name, value) for name, value in items if type(name) is str]
     for name, value in items:
         if id(value) == obj_id and not name.startswith("_"):
             return name
@@ -150,10 +151,10 @@ def _name_in_namespace(obj_id: int, namespace: Mapping[str, Any], torch: Any) ->
             subs = module_table(cp._instance_dict(mod), "_modules")
             if subs is None:
                 continue
-            for key, sub in dict.items(subs):
+            for key, sub in table_items(subs):
                 if sub is None:
                     continue
-                sub_path = f"{path}[{key}]" if key.isdigit() else f"{path}.{key}"
+                sub_path = module_child_path(path, key)
                 if id(sub) == obj_id:
                     return sub_path
                 stack.append((sub_path, sub))

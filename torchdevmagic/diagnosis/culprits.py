@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, Callable, NamedTuple, Optional
 
-from torchdevmagic.scanner import instance_attributes, module_table
+from torchdevmagic.scanner import attribute_path, instance_attributes, module_table, table_items
 
 _MISSING = object()
 MAX_MODULE_TENSORS = 20_000  # enough for any real model; bounds the walk of odd objects
@@ -83,7 +83,7 @@ def _safe_tensor_type(obj: Any, torch: Any) -> bool:
     return tf is base or tf is getattr(torch._C, "_disabled_torch_function_impl", None)
 
 
-def _instance_dict(obj: Any) -> Mapping[str, Any]:
+def _instance_dict(obj: Any) -> dict[str, Any]:
     # The scanner's reader: object.__getattribute__(obj, "__dict__") would call a __dict__
     # property defined by the class, which is user code.
     return instance_attributes(obj) or {}
@@ -130,14 +130,14 @@ def module_tensors(mod: Any, torch: Any) -> Iterator[tuple[Any, bool]]:
             table = module_table(d, key)
             if table is None:
                 continue
-            for t in dict.values(table):
+            for _, t in table_items(table):
                 if is_tensor(t, torch) and id(t) not in seen:
                     seen.add(id(t))
                     n += 1
                     yield t, is_param
         subs = module_table(d, "_modules")
         if subs is not None:
-            stack.extend(s for s in reversed(list(dict.values(subs))) if is_module(s, torch))
+            stack.extend(s for _, s in reversed(list(table_items(subs))) if is_module(s, torch))
 
 
 def _counted(devices: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
@@ -398,13 +398,14 @@ def self_tensors(f_locals: Mapping[str, Any], torch: Any) -> list[Value]:
     for table in ("_parameters", "_buffers"):
         t = module_table(d, table)
         if t is not None:
-            for name, tensor in dict.items(t):
-                v = describe(tensor, f"self.{name}", torch) if tensor is not None else None
+            for name, tensor in table_items(t):
+                path = attribute_path("self", name)
+                v = describe(tensor, path, torch) if tensor is not None else None
                 if v is not None:
                     out.append(v)
-    for name, value in d.items():
-        if not name.startswith("__") and is_tensor(value, torch):
-            v = describe(value, f"self.{name}", torch, plain_attribute=True)
+    for name, value in dict.items(d):
+        if type(name) is str and not name.startswith("__") and is_tensor(value, torch):
+            v = describe(value, attribute_path("self", name), torch, plain_attribute=True)
             if v is not None:
                 out.append(v)
     return out
