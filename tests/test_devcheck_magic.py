@@ -89,6 +89,18 @@ def test_meta_model_cpu_data(shell: Any, capsys: Any) -> None:
     assert shell.user_ns["y"].device.type == "meta"
 
 
+STRAY_NET = """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.scale = torch.ones(2)   # plain attribute: .to() leaves it behind
+    def forward(self, inp):
+        return self.fc(inp) * self.scale
+net = Net().to(DEVICE)
+batch = torch.randn(3, 4, device=DEVICE)
+"""
+
 OLD_TABLES = """
 import collections
 def old_tables(model):  # as torch 2.1-2.4 build modules: OrderedDict tables
@@ -107,20 +119,7 @@ def test_modules_of_torch_before_2_5_are_named(shell: Any) -> None:
     d = last_diagnosis(shell)
     assert culprit_names(d) == ["x"]
     assert [(c.expression, c.device) for c in d.context] == [("model", "meta")]
-    run(
-        shell,
-        """
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 2)
-        self.scale = torch.ones(2)
-    def forward(self, inp):
-        return self.fc(inp) * self.scale
-net = old_tables(Net().to(DEVICE))
-batch = torch.randn(3, 4, device=DEVICE)
-""",
-    )
+    run(shell, STRAY_NET + "net = old_tables(net)")
     d = fails_then_fixed(shell, magic("out = net(batch)"))
     assert culprit_names(d) == ["net.scale"]
     assert d.fix == "net.scale = net.scale.to(DEVICE)"
@@ -128,20 +127,7 @@ batch = torch.randn(3, 4, device=DEVICE)
 
 def test_stray_plain_tensor_attribute_in_forward(shell: Any) -> None:
     run(shell, SETUP)
-    run(
-        shell,
-        """
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 2)
-        self.scale = torch.ones(2)   # plain attribute: .to() leaves it behind
-    def forward(self, inp):
-        return self.fc(inp) * self.scale
-net = Net().to(DEVICE)
-batch = torch.randn(3, 4, device=DEVICE)
-""",
-    )
+    run(shell, STRAY_NET)
     d = fails_then_fixed(shell, magic("out = net(batch)"))
     assert culprit_names(d) == ["net.scale"]
     assert d.fix == "net.scale = net.scale.to(DEVICE)"

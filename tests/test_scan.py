@@ -1008,6 +1008,22 @@ def test_scan_restores_the_garbage_collector_state() -> None:
         gc.enable()
 
 
+def _batch_sizes(monkeypatch: Any, reader: str) -> list[int]:
+    """Spy on a scanner column reader: the size of each batch it read (negative: refused)."""
+    from torchdevmagic import scanner
+
+    sizes: list[int] = []
+    original = getattr(scanner, reader)
+
+    def spy(values: list[Any], tt: Any) -> Any:
+        found = original(values, tt)
+        sizes.append(len(values) if found is not None else -len(values))
+        return found
+
+    monkeypatch.setattr(scanner, reader, spy)
+    return sizes
+
+
 def test_column_wise_path_gives_the_same_rows_as_the_general_one(monkeypatch: Any) -> None:
     """Containers of plain tensors take a batched path: it must agree row for row."""
     from torchdevmagic import scanner
@@ -1025,15 +1041,7 @@ def test_column_wise_path_gives_the_same_rows_as_the_general_one(monkeypatch: An
         int8=torch.zeros(4, dtype=torch.int8),
     )
     ns = {"base": base, "d": items, "seq": list(items.values())}
-    batches: list[int] = []
-    original = scanner.facts_columns
-
-    def spy(values: list[Any], tt: Any) -> Any:
-        found = original(values, tt)
-        batches.append(len(values) if found is not None else -len(values))
-        return found
-
-    monkeypatch.setattr(scanner, "facts_columns", spy)
+    batches = _batch_sizes(monkeypatch, "facts_columns")
     batched = run_scan(ns)
     assert batches == [1 + 2 * len(items)]  # base, the dict and the list: one column-wise read
     monkeypatch.setattr(scanner, "facts_columns", lambda values, tt: None)
@@ -1086,15 +1094,7 @@ def test_module_walk_batched_and_general_agree(monkeypatch: Any) -> None:
         "w": model[0].weight,
         "opt": torch.optim.SGD(model.parameters(), lr=0.1),
     }
-    read: list[int] = []
-    original = scanner.placement_columns
-
-    def spy(values: list[Any], tt: Any) -> Any:
-        found = original(values, tt)
-        read.append(len(values) if found is not None else -len(values))
-        return found
-
-    monkeypatch.setattr(scanner, "placement_columns", spy)
+    read = _batch_sizes(monkeypatch, "placement_columns")
     batched = run_scan(shared)
     assert read == [2 + 5 + 2]  # every parameter and buffer in one column-wise read
     monkeypatch.setattr(scanner, "facts_columns", lambda values, tt: None)

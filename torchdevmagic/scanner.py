@@ -166,7 +166,7 @@ class _Torch:
             from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
             uninit = (UninitializedTensorMixin,)
-        descriptors = _Readers(
+        d = _Readers(  # TensorBase's own descriptors: safe on any tensor, subclass or not
             shape=base.shape.__get__,
             dtype=base.dtype.__get__,
             device=base.device.__get__,
@@ -182,22 +182,22 @@ class _Torch:
             optimizer=torch.optim.Optimizer,
             parameter=torch.nn.Parameter,
             fake_types=fakes,
-            get_device=base.device.__get__,
-            get_is_cpu=base.is_cpu.__get__ if hasattr(base, "is_cpu") else None,
-            get_dtype=base.dtype.__get__,
-            get_shape=base.shape.__get__,
+            get_device=d.device,
+            get_is_cpu=d.is_cpu,
+            get_dtype=d.dtype,
+            get_shape=d.shape,
             get_layout=base.layout.__get__,
-            get_requires_grad=base.requires_grad.__get__,
-            get_grad=base.grad.__get__,
+            get_requires_grad=d.requires_grad,
+            get_grad=d.grad,
             get_grad_fn=base.grad_fn.__get__,
             storage=base.untyped_storage,
             storage_nbytes=torch._C.StorageBase.nbytes,
-            storage_key=torch._C.StorageBase._cdata.__get__,
-            get_nbytes=base.nbytes.__get__,
+            storage_key=d.storage_key,
+            get_nbytes=d.nbytes,
             strided=torch.strided,
             no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
             uninitialized=uninit,
-            read=_Readers.choose(torch, base, descriptors),
+            read=_Readers.choose(torch, base, d),
         )
 
 
