@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import math
 import sys
 import types
 import weakref
@@ -151,6 +152,14 @@ class _Torch:
     # One torch.Size object per distinct shape (a scan's rows share them): tens of thousands
     # fewer objects for the garbage collector to traverse and for a kept report to hold.
     shapes: dict[Any, Any] = field(default_factory=dict)
+    _shape_bytes: dict[int, _ShapeBytes] = field(default_factory=dict)
+
+    def shape_bytes(self, itemsize: int) -> _ShapeBytes:
+        """Shape -> bytes of a tensor of that shape with elements of ``itemsize`` bytes."""
+        table = self._shape_bytes.get(itemsize)
+        if table is None:
+            table = self._shape_bytes[itemsize] = _ShapeBytes(itemsize)
+        return table
 
     @classmethod
     def from_module(cls, torch: Any) -> _Torch:
@@ -199,6 +208,20 @@ class _Torch:
             uninitialized=uninit,
             read=_Readers.choose(torch, base, d),
         )
+
+
+class _ShapeBytes(dict[Any, int]):
+    """``torch.Size`` -> numel * itemsize for one element size, made on first use."""
+
+    __slots__ = ("itemsize",)
+
+    def __init__(self, itemsize: int) -> None:
+        super().__init__()
+        self.itemsize = itemsize
+
+    def __missing__(self, shape: Any) -> int:
+        nbytes = self[shape] = math.prod(shape) * self.itemsize
+        return nbytes
 
 
 _READ_NAMES = ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", "grad")
@@ -387,7 +410,7 @@ def placement_columns(values: list[Any], tt: _Torch) -> Optional[_Placement]:
     if not values or not _plain(values, tt):
         return None
     try:
-        return _Placement(*_read_placement(values, tt))
+        return _Placement(*_read_placement(values, tt)[:4])
     except Exception:  # no storage: sparse, mkldnn... one at a time
         return None
 
@@ -403,9 +426,10 @@ def _plain(values: list[Any], tt: _Torch) -> bool:
 
 def _read_placement(
     values: list[Any], tt: _Torch
-) -> tuple[list[str], list[str], list[Optional[int]], list[int]]:
-    """Devices, dtypes, storage keys and storage bytes, column-wise; raises for a tensor
-    without storage (every sparse layout, mkldnn, vmap's BatchedTensor)."""
+) -> tuple[list[str], list[str], list[Optional[int]], list[int], Any]:
+    """Devices, dtypes, storage keys and storage bytes, column-wise, and the dtype when all
+    share one (else ``None``); raises for a tensor without storage (every sparse layout,
+    mkldnn, vmap's BatchedTensor)."""
     storages = list(map(tt.storage, values))
     sizes = list(map(tt.storage_nbytes, storages))
     n = len(values)
@@ -418,12 +442,13 @@ def _read_placement(
         if "meta" in devices:  # meta tensors hold no memory
             sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
     dtype_objects = list(map(read.dtype, values))
-    if dtype_objects.count(dtype_objects[0]) == n:  # one dtype (torch's dtypes are singletons)
-        dtypes = [_dtype_text(dtype_objects[0])] * n
+    one_dtype = dtype_objects[0]
+    if dtype_objects.count(one_dtype) == n:  # one dtype (torch's dtypes are singletons)
+        dtypes = [_dtype_text(one_dtype)] * n
     else:
-        dtypes = list(map(_dtype_text, dtype_objects))
+        dtypes, one_dtype = list(map(_dtype_text, dtype_objects)), None
     keys: list[Optional[int]] = list(map(read.storage_key, storages))
-    return devices, dtypes, keys, sizes
+    return devices, dtypes, keys, sizes, one_dtype
 
 
 def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
@@ -433,8 +458,12 @@ def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
     layout torch defines is refused."""
     shapes = list(map(tt.read.shape, values))
     shapes = list(map(tt.shapes.setdefault, shapes, shapes))  # torch.Size hashes as a tuple
-    devices, dtypes, keys, sizes = _read_placement(values, tt)
-    views = list(map(tt.read.nbytes, values))
+    devices, dtypes, keys, sizes, one_dtype = _read_placement(values, tt)
+    itemsize = getattr(one_dtype, "itemsize", None)  # None for None (mixed dtypes)
+    if type(itemsize) is int:  # Tensor.nbytes is numel * itemsize: one product per shape
+        views = list(map(tt.shape_bytes(itemsize).__getitem__, shapes))
+    else:
+        views = list(map(tt.read.nbytes, values))
     if "meta" in devices:
         views = [0 if d == "meta" else b for d, b in zip(devices, views)]
     grads = list(map(tt.read.requires_grad, values))
