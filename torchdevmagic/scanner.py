@@ -814,13 +814,13 @@ class _Scanner:
                 visit(value, f"{path}[{text}]" if text else f"{path}[<key {i}>]", depth)
 
     def walk_sequence(self, seq: Any, path: str, depth: int) -> None:
-        get: Callable[[Any, int], Any]
+        get: Callable[[Any, slice], Any]
         if issubclass(type(seq), tuple):
             n, get = _tuple_len(seq), _tuple_get
         else:
             n, get = _list_len(seq), _list_get
         limit = min(n, self.max_items)
-        values = [get(seq, i) for i in range(limit)]
+        values = list(get(seq, slice(0, limit)))  # the base type's C slice: no __iter__ runs
         if limit >= BATCH_MIN and self._fits(values) and self._only_tensors(values):
             self._defer(values, [f"{path}[{i}]" for i in range(limit)])
         else:
