@@ -182,13 +182,51 @@ numbered._modules[0] = Inner()
 x = torch.randn(3, 4)
 """,
     )
-    for name, inner in (("outer", "outer['<key>']"), ("numbered", "numbered[0]")):
+    for name, inner in (("outer", "outer[<key>]"), ("numbered", "numbered[0]")):
         result = run(shell, magic(f"y = list(dict.values({name}._modules))[0](x)"))
         assert isinstance(result.error_in_exec, RuntimeError)
         d = last_diagnosis(shell)
         assert culprit_names(d) == ["x"]
         assert {c.expression for c in d.context} >= {name, f"{inner}.w"}
     assert shell.user_ns["ran"] == []
+
+
+def test_paths_of_keys_that_are_not_str() -> None:
+    from torchdevmagic.scanner import attribute_path, module_child_path
+
+    assert attribute_path("self", "w") == "self.w"
+    assert attribute_path("self", "3") == "self['3']" and attribute_path("self", 3) == "self[3]"
+    assert attribute_path("m", "None") == "m['None']"  # a keyword is no attribute name
+    assert attribute_path("m", None) == "m[None]" and attribute_path("m", (1, 2)) == "m[(1, 2)]"
+    assert attribute_path("m", object()) == "m[<key>]"
+    assert module_child_path("seq", "3") == "seq[3]" and module_child_path("seq", "\u00b2") == (
+        "seq['\u00b2']"  # isdigit, but not a number anyone can type
+    )
+
+
+def test_diagnosis_lookups_skip_keys_that_are_not_str() -> None:
+    """A namespace key that is not a str is skipped, and a module table holding one is not
+    searched by name (a key of equal hash would have its __eq__ compared)."""
+    from torchdevmagic.diagnosis import analysis, culprits
+
+    ran: list[str] = []
+
+    class Collide:
+        def __hash__(self) -> int:
+            return hash("fc")
+
+        def __eq__(self, other: object) -> bool:
+            ran.append("__eq__")
+            return False
+
+    found = analysis._device_tensors({1: torch.zeros(2), "x": torch.zeros(2)}, "cpu", torch)
+    assert [v.expression for v in found] == ["x"]
+    net = torch.nn.Module()
+    net._parameters[Collide()] = torch.nn.Parameter(torch.zeros(1))
+    net.fc = torch.nn.Linear(1, 1)  # torch's __setattr__ looks "fc" up: __eq__ runs there
+    ran.clear()
+    assert culprits.static_attr(net, "fc", torch) is dict.__getitem__(net._modules, "fc")
+    assert ran == []
 
 
 @pytest.mark.meta_index_check

@@ -456,6 +456,32 @@ def test_old_tables_are_read_in_their_own_order_after_move_to_end() -> None:
     assert report.row("model").nbytes == (100 + 1 + 1) * 4
 
 
+def test_old_tables_with_odd_keys_run_no_key_code_and_lose_no_module() -> None:
+    """An OrderedDict's linked walk looks every key up again: a key that is not a str
+    (its __hash__ is user code) sends the table through dict order; an OrderedDict whose
+    links disagree with its dict (dict.__delitem__ applied to it) is still read."""
+    ran: list[str] = []
+
+    class Key:
+        def __hash__(self) -> int:
+            ran.append("__hash__")
+            return 42
+
+    odd = nn.Sequential(nn.Linear(2, 2))
+    tables = collections.OrderedDict(dict.items(odd._modules))
+    tables[Key()] = nn.Linear(2, 3)
+    odd.__dict__["_modules"] = tables
+    broken = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    links = collections.OrderedDict(dict.items(broken._modules))
+    broken.__dict__["_modules"] = links
+    dict.__delitem__(links, "1")
+    ran.clear()
+    report = run_scan({"odd": odd, "broken": broken})
+    assert ran == []
+    assert report.row("odd").note == "4 tensors"  # two Linear layers, weight and bias each
+    assert report.row("broken").note == "2 tensors" and report.stats.skipped_objects == 0
+
+
 def test_torch_2_1_tensor_base_name(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch 2.1 has torch._C._TensorBase only (2.2 renamed it, keeping the alias)."""
     base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
@@ -636,12 +662,24 @@ def test_every_layout_torch_defines_leaves_the_column_path() -> None:
         ("Parameter", "grad"),
         ("Tensor", "__getattribute__"),
         ("Storage", "_cdata"),
+        ("Storage", "nbytes"),
+        ("_StorageBase", "__getattribute__"),
     ],
 )
 def test_attributes_patched_onto_torch_classes_never_run(owner: str, name: str) -> None:
-    """The column reads look attributes up through torch.Tensor / nn.Parameter /
-    UntypedStorage; something set on those classes (a user's patch) must not run."""
-    cls = {"Tensor": torch.Tensor, "Parameter": nn.Parameter, "Storage": torch.UntypedStorage}
+    """The column reads look attributes up through torch.Tensor / nn.Parameter; storages and
+    the one-at-a-time path (a tensor subclass) read through TensorBase's and StorageBase's
+    descriptors. Something set on torch's Python classes (a user's patch) must not run."""
+
+    class Tagged(torch.Tensor):
+        pass
+
+    cls = {
+        "Tensor": torch.Tensor,
+        "Parameter": nn.Parameter,
+        "Storage": torch.UntypedStorage,
+        "_StorageBase": torch.storage._StorageBase,
+    }
     target = cls[owner]
     assert name not in vars(target)
     ran: list[str] = []
@@ -650,7 +688,11 @@ def test_attributes_patched_onto_torch_classes_never_run(owner: str, name: str) 
         ran.append(name)
         raise AssertionError("user code ran")
 
-    ns = {"d": {f"k{i}": torch.zeros(2) for i in range(20)}, "model": nn.Linear(2, 2)}
+    ns = {
+        "d": {f"k{i}": torch.zeros(2) for i in range(20)},
+        "model": nn.Linear(2, 2),
+        "tagged": torch.zeros(3).as_subclass(Tagged),
+    }
     expected = run_scan(ns)
     setattr(target, name, patched if name == "__getattribute__" else property(patched))
     try:

@@ -32,6 +32,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, groupby, repeat
+from keyword import iskeyword
 from operator import attrgetter, is_, is_not, itemgetter
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union, cast
 
@@ -228,10 +229,10 @@ _READ_NAMES = ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", 
 
 
 class _Readers(NamedTuple):
-    """Column readers for values that are exactly torch.Tensor or nn.Parameter (and for their
-    UntypedStorage): ``attrgetter`` where an attribute lookup through those classes reaches
-    TensorBase's own getsets (about 15% less per pass than calling each descriptor's
-    ``__get__``), the descriptors themselves where torch's classes were patched."""
+    """Column readers for values that are exactly torch.Tensor or nn.Parameter: ``attrgetter``
+    where an attribute lookup through those classes reaches TensorBase's own getsets (about
+    15% less per pass than calling each descriptor's ``__get__``), the descriptors themselves
+    where torch's classes were patched. Storage keys always come from the descriptor."""
 
     shape: Callable[[Any], Any]
     dtype: Callable[[Any], Any]
@@ -244,17 +245,15 @@ class _Readers(NamedTuple):
 
     @classmethod
     def choose(cls, torch: Any, base: type, descriptors: _Readers) -> _Readers:
-        storage_base = torch._C.StorageBase
-        for klass, stop, names in (
-            (torch.Tensor, base, _READ_NAMES),
-            (torch.nn.Parameter, base, _READ_NAMES),
-            (torch.UntypedStorage, storage_base, ("_cdata",)),
-        ):
+        # Between Tensor / Parameter and TensorBase only Python classes lie (TensorBase and
+        # object are immutable); storages are always read through StorageBase's own
+        # descriptors (their MRO has a Python base, _StorageBase, under StorageBase).
+        for klass in (torch.Tensor, torch.nn.Parameter):
             for k in _mro(klass):
-                if k is stop:
+                if k is base:
                     break
                 ns = _type_dict(k)
-                if "__getattribute__" in ns or any(name in ns for name in names):
+                if "__getattribute__" in ns or any(name in ns for name in _READ_NAMES):
                     return descriptors  # something patched in: it could be user code
         shape, dtype, device, is_cpu, nbytes, requires_grad, grad = map(attrgetter, _READ_NAMES)
         return cls(
@@ -265,7 +264,7 @@ class _Readers(NamedTuple):
             nbytes,
             requires_grad,
             grad,
-            attrgetter("_cdata"),
+            descriptors.storage_key,
         )
 
 
@@ -317,8 +316,8 @@ def _strided_facts(t: Any, tt: _Torch, note: str) -> _TensorFacts:
         shape, note = None, note or "nested"  # nested tensors have no single shape
     try:
         storage = tt.storage(t)
-        key = storage._cdata
-        nbytes = 0 if device == "meta" else storage.nbytes()
+        key = tt.storage_key(storage)
+        nbytes = 0 if device == "meta" else tt.storage_nbytes(storage)
     except Exception:
         key, nbytes, note = None, 0, note or "no storage"
     view = tt.get_nbytes(t) if shape is not None and device != "meta" else nbytes
@@ -510,9 +509,9 @@ def _component_storage(t: Any, tt: _Torch) -> tuple[Optional[int], int]:
             storage = tt.storage(part)
         except Exception:
             continue
-        total += int(storage.nbytes())
+        total += tt.storage_nbytes(storage)
         if key is None:
-            key = storage._cdata
+            key = tt.storage_key(storage)
     return key, total
 
 
@@ -560,15 +559,20 @@ def module_table(namespace: Mapping[str, Any], name: str) -> Optional[dict[str, 
 _odict_items = collections.OrderedDict.items
 
 
-def table_items(table: Any) -> Iterable[tuple[Any, Any]]:
+def table_items(table: Any) -> list[tuple[Any, Any]]:
     """A module table's ``(name, value)`` pairs in its own order, through C methods only.
     An OrderedDict (torch before 2.5) is read in its linked order, which ``move_to_end``
-    changes and ``dict.items`` does not see; any other dict in insertion order."""
-    return (
-        _odict_items(table)
-        if issubclass(type(table), collections.OrderedDict)
-        else _dict_items(table)
-    )
+    changes and ``dict.items`` does not see, when every key is a str (the linked walk looks
+    each key up again: hashing any other key could run its ``__hash__``); any other table,
+    or an OrderedDict whose links are out of step with its dict, in insertion order."""
+    if issubclass(type(table), collections.OrderedDict) and all(
+        map(is_, map(type, dict.keys(table)), repeat(str))
+    ):
+        try:
+            return list(_odict_items(table))
+        except Exception:  # e.g. dict.__delitem__ applied to it: links and dict disagree
+            pass
+    return list(_dict_items(table))
 
 
 def slot_values(obj: Any) -> Iterator[tuple[str, Any]]:
@@ -616,29 +620,34 @@ def _key_text(key: Any) -> Optional[str]:
     return None
 
 
-def _name_text(name: Any) -> str:
-    """A module table's key as text; str() only where it runs no user code."""
-    return name if type(name) is str else _key_text(name) or "<key>"
-
-
 def attribute_path(path: str, name: Any) -> str:
     """``path.name`` as a user would type it, for any key of an attribute table:
-    ``path['odd key']`` when the name is no identifier; a key that is not a str is shown
-    without calling any of its methods."""
-    return _attr_path(path, _name_text(name))
+    ``path['odd key']`` for a str that is no identifier (or is a keyword), ``path[3]`` or
+    ``path[None]`` for a key of another type whose repr can be trusted, ``path[<key>]``
+    otherwise. No method of a key that is not exactly a str is called."""
+    if type(name) is str:
+        return _attr_path(path, name)
+    return f"{path}[{_key_text(name) or '<key>'}]"
 
 
 def module_child_path(path: str, name: Any) -> str:
     """A submodule's path: ``model[0]`` (Sequential, ModuleList), else as :func:`attribute_path`."""
-    return _module_child_path(path, _name_text(name))
+    if type(name) is str:
+        return _module_child_path(path, name)
+    return f"{path}[{_key_text(name) or '<key>'}]"
 
 
 def _attr_path(path: str, name: str) -> str:
-    return f"{path}.{name}" if name.isidentifier() else f"{path}[{name!r}]"
+    return f"{path}.{name}" if _is_attribute_name(name) else f"{path}[{name!r}]"
+
+
+def _is_attribute_name(name: str) -> bool:
+    """Whether ``obj.name`` can be typed: an identifier that is not a keyword."""
+    return name.isidentifier() and not iskeyword(name)
 
 
 def _module_child_path(path: str, name: str) -> str:
-    if name.isdigit():
+    if name.isascii() and name.isdigit():
         return f"{path}[{name}]"
     return _attr_path(path, name)
 
@@ -1072,9 +1081,9 @@ class _Scanner:
                     seen.add(id(child))
                     push(
                         (
-                            f"{mpath}[{name}]"  # _module_child_path, inlined: Sequential
-                            if type(name) is str and name.isdigit()
-                            else _module_child_path(mpath, _name_text(name)),
+                            f"{mpath}[{name}]"  # module_child_path, inlined: Sequential
+                            if type(name) is str and name.isascii() and name.isdigit()
+                            else module_child_path(mpath, name),
                             child,
                         )
                     )
@@ -1097,9 +1106,9 @@ class _Scanner:
                     if t is not None and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor":
                         owned.append(t)
                         owned_paths.append(
-                            f"{mpath}.{name}"  # _attr_path, inlined for the common case
-                            if type(name) is str and name.isidentifier()
-                            else _attr_path(mpath, _name_text(name))
+                            f"{mpath}.{name}"  # attribute_path, inlined for the common case
+                            if type(name) is str and _is_attribute_name(name)
+                            else attribute_path(mpath, name)
                         )
         return owned, owned_paths
 

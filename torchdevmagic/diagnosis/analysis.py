@@ -481,7 +481,7 @@ def _device_tensors(
     except Exception:
         return out
     for name, value in items:
-        if name.startswith("_") and not prefix:
+        if type(name) is not str or (name.startswith("_") and not prefix):
             continue
         v = cp.describe(value, f"{prefix}{name}", torch)
         if v is not None and _on(v.devices, device):

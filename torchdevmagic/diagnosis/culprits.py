@@ -242,17 +242,26 @@ def _describe_container(obj: Any, expression: str, torch: Any) -> Optional[Value
 # ---------------------------------------------------------------- static resolution
 
 
+def _lookup(table: dict[Any, Any], name: str) -> Any:
+    """``table[name]``, or ``_MISSING``; only in a table whose keys are all str (a lookup
+    compares ``name`` with keys of equal hash, and a key of another type could define
+    ``__eq__``)."""
+    if all(type(k) is str for k in dict.keys(table)) and dict.__contains__(table, name):
+        return dict.__getitem__(table, name)
+    return _MISSING
+
+
 def static_attr(obj: Any, name: str, torch: Any) -> Any:
     """``obj.name`` without running code: module tables, instance dict, plain class attrs."""
     if is_module(obj, torch):
         d = _instance_dict(obj)
-        if name in d:
-            return d[name]
+        found = _lookup(d, name)
         for table in ("_parameters", "_buffers", "_modules"):
+            if found is not _MISSING:
+                break
             t = module_table(d, table)
-            if t is not None and dict.__contains__(t, name):
-                return dict.__getitem__(t, name)
-        return _MISSING
+            found = _MISSING if t is None else _lookup(t, name)
+        return found
     try:
         value = inspect.getattr_static(obj, name, _MISSING)
     except Exception:
