@@ -134,18 +134,13 @@ class _Torch:
     optimizer: type
     parameter: type
     fake_types: tuple[type, ...]
-    get_device: Callable[[Any], Any]
-    get_is_cpu: Optional[Callable[[Any], bool]]
-    get_dtype: Callable[[Any], Any]
-    get_shape: Callable[[Any], Any]
+    # TensorBase's (and StorageBase's) own descriptors: safe on any tensor, subclass or not.
+    # get.storage_key is the identity of the StorageImpl, for alias detection.
+    get: _Readers
     get_layout: Callable[[Any], Any]
-    get_requires_grad: Callable[[Any], bool]
-    get_grad: Callable[[Any], Any]
     get_grad_fn: Callable[[Any], Any]
     storage: Callable[[Any], Any]
     storage_nbytes: Callable[[Any], int]
-    storage_key: Callable[[Any], int]  # identity of the StorageImpl, for alias detection
-    get_nbytes: Callable[[Any], int]
     strided: Any
     no_subclass_dispatch: Callable[[], Any]
     uninitialized: tuple[type, ...]
@@ -176,7 +171,7 @@ class _Torch:
             from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
             uninit = (UninitializedTensorMixin,)
-        d = _Readers(  # TensorBase's own descriptors: safe on any tensor, subclass or not
+        get = _Readers(
             shape=base.shape.__get__,
             dtype=base.dtype.__get__,
             device=base.device.__get__,
@@ -192,22 +187,15 @@ class _Torch:
             optimizer=torch.optim.Optimizer,
             parameter=torch.nn.Parameter,
             fake_types=fakes,
-            get_device=d.device,
-            get_is_cpu=d.is_cpu,
-            get_dtype=d.dtype,
-            get_shape=d.shape,
+            get=get,
             get_layout=base.layout.__get__,
-            get_requires_grad=d.requires_grad,
-            get_grad=d.grad,
             get_grad_fn=base.grad_fn.__get__,
             storage=base.untyped_storage,
             storage_nbytes=torch._C.StorageBase.nbytes,
-            storage_key=d.storage_key,
-            get_nbytes=d.nbytes,
             strided=torch.strided,
             no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
             uninitialized=uninit,
-            read=_Readers.choose(torch, base, d),
+            read=_Readers.choose(torch, base, get),
         )
 
 
@@ -309,22 +297,22 @@ def tensor_facts(t: Any, tt: _Torch) -> _TensorFacts:
 def _strided_facts(t: Any, tt: _Torch, note: str) -> _TensorFacts:
     # One tensor at a time (subclasses, and batches facts_columns refused); plain tensors in
     # bulk take _read_columns, the same facts column-wise.
-    device = _device_text(tt.get_device(t))
+    device = _device_text(tt.get.device(t))
     try:
-        shape: Optional[tuple[int, ...]] = tt.get_shape(t)  # torch.Size is a tuple
+        shape: Optional[tuple[int, ...]] = tt.get.shape(t)  # torch.Size is a tuple
     except Exception:
         shape, note = None, note or "nested"  # nested tensors have no single shape
     try:
         storage = tt.storage(t)
-        key = tt.storage_key(storage)
+        key = tt.get.storage_key(storage)
         nbytes = 0 if device == "meta" else tt.storage_nbytes(storage)
     except Exception:
         key, nbytes, note = None, 0, note or "no storage"
-    view = tt.get_nbytes(t) if shape is not None and device != "meta" else nbytes
-    requires_grad = tt.get_requires_grad(t)
+    view = tt.get.nbytes(t) if shape is not None and device != "meta" else nbytes
+    requires_grad = tt.get.requires_grad(t)
     return _TensorFacts(
         device,
-        _dtype_text(tt.get_dtype(t)),
+        _dtype_text(tt.get.dtype(t)),
         shape,
         key,
         nbytes,
@@ -337,9 +325,9 @@ def _strided_facts(t: Any, tt: _Torch, note: str) -> _TensorFacts:
 
 def _special_facts(t: Any, cls: type, tt: _Torch) -> _TensorFacts:
     """Subclasses, fake, lazy and non-strided tensors."""
-    device = _device_text(tt.get_device(t))
-    dtype = _dtype_text(tt.get_dtype(t))
-    requires_grad = bool(tt.get_requires_grad(t))
+    device = _device_text(tt.get.device(t))
+    dtype = _dtype_text(tt.get.dtype(t))
+    requires_grad = bool(tt.get.requires_grad(t))
     if tt.uninitialized and issubclass(cls, tt.uninitialized):
         return _TensorFacts(device, dtype, None, None, 0, 0, requires_grad, False, "uninitialized")
     has_grad_fn = _has_graph(t, tt)
@@ -485,7 +473,7 @@ def _has_graph(t: Any, tt: _Torch) -> bool:
 
 def _safe_shape(t: Any, tt: _Torch) -> Optional[tuple[int, ...]]:
     try:
-        return tuple(tt.get_shape(t))
+        return tuple(tt.get.shape(t))
     except Exception:
         return None  # nested tensors have no single shape
 
@@ -511,7 +499,7 @@ def _component_storage(t: Any, tt: _Torch) -> tuple[Optional[int], int]:
             continue
         total += tt.storage_nbytes(storage)
         if key is None:
-            key = tt.storage_key(storage)
+            key = tt.get.storage_key(storage)
     return key, total
 
 
@@ -632,9 +620,7 @@ def attribute_path(path: str, name: Any) -> str:
 
 def module_child_path(path: str, name: Any) -> str:
     """A submodule's path: ``model[0]`` (Sequential, ModuleList), else as :func:`attribute_path`."""
-    if type(name) is str:
-        return _module_child_path(path, name)
-    return f"{path}[{_key_text(name) or '<key>'}]"
+    return _module_child_path(path, name) if type(name) is str else attribute_path(path, name)
 
 
 def _attr_path(path: str, name: str) -> str:
@@ -1136,7 +1122,7 @@ class _Scanner:
         grad_of = tt.read.grad  # exact Tensor / Parameter: see _Readers
         if cols is None:
             tensors, paths, cols = self._facts_one_by_one(tensors, paths)
-            grad_of = tt.get_grad
+            grad_of = tt.get.grad
         nbytes, _ = self._count_many(cols, paths)
         ids = list(map(id, tensors))
         if self.param_path.keys().isdisjoint(ids):  # first path wins, as with setdefault
@@ -1239,7 +1225,7 @@ class _Scanner:
                     continue
                 pname = self.param_path.get(id(param)) or f"<param {i}>"
                 pdevice = (
-                    _device_text(self.tt.get_device(param))
+                    _device_text(self.tt.get.device(param))
                     if self.kind_of(type(param)) == "tensor"
                     else None
                 )
@@ -1292,7 +1278,7 @@ class _Scanner:
                 params = group.get("params") if type(group) is dict else None
                 for param in params if type(params) is list else ():
                     if self.kind_of(type(param)) == "tensor":
-                        acc.add(_device_text(self.tt.get_device(param)), 0, "", "")
+                        acc.add(_device_text(self.tt.get.device(param)), 0, "", "")
         return acc.main_device()
 
     # -- who holds memory that no name accounts for --------------------------------------------
