@@ -192,7 +192,7 @@ x = torch.randn(3, 4)
 
 
 def test_paths_of_keys_that_are_not_str() -> None:
-    from torchdevmagic.scanner import attribute_path, module_child_path
+    from torchdevmagic.safe import attribute_path, module_child_path
 
     assert attribute_path("self", "w") == "self.w"
     assert attribute_path("self", "3") == "self['3']" and attribute_path("self", 3) == "self[3]"

@@ -22,19 +22,15 @@ The report holds only strings and numbers, so ``del x`` frees ``x`` even if a re
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import gc
-import math
 import sys
 import types
-import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, groupby, repeat
-from keyword import iskeyword
-from operator import attrgetter, is_, is_not, itemgetter
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union, cast
+from itertools import groupby, repeat
+from operator import is_, itemgetter
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 from torchdevmagic._format import format_bytes, plural
 from torchdevmagic._torch import no_torch_function, torch_if_imported
@@ -47,6 +43,21 @@ from torchdevmagic.records import (
     ScanStats,
     add_by_device,
 )
+from torchdevmagic.safe import Classifier, module_tree, owned_tensors, plain_tensor_attributes
+from torchdevmagic.safe.batch import Columns as _Columns
+from torchdevmagic.safe.batch import Placement as _Placement
+from torchdevmagic.safe.batch import all_exactly as _all_exactly
+from torchdevmagic.safe.batch import columns_of, facts_columns, placement_columns
+from torchdevmagic.safe.containers import sequence_len, sequence_values
+from torchdevmagic.safe.handles import Torch as _Torch
+from torchdevmagic.safe.objects import class_attribute as _type_flag
+from torchdevmagic.safe.objects import class_name as _class_name
+from torchdevmagic.safe.objects import slot_values
+from torchdevmagic.safe.paths import attr_path as _attr_path
+from torchdevmagic.safe.paths import key_text as _key_text
+from torchdevmagic.safe.tensors import TensorFacts as _TensorFacts
+from torchdevmagic.safe.tensors import device_text as _device_text
+from torchdevmagic.safe.tensors import read_facts as tensor_facts
 
 if TYPE_CHECKING:
     from torchdevmagic.report import DevicesReport
@@ -56,586 +67,11 @@ DEFAULT_MAX_ITEMS = 100_000  # per container; a list of 10 million ints is cappe
 DEFAULT_MAX_OBJECTS = 2_000_000  # whole-scan budget
 BATCH_MIN = 16  # containers of only tensors at least this long are visited in one step
 
-# Never looked into: no tensors can hide there, or looking is expensive.
-_ATOMIC: tuple[type, ...] = (
-    int,
-    float,
-    complex,
-    bool,
-    str,
-    bytes,
-    bytearray,
-    type(None),
-    range,
-    slice,
-    type,
-    types.ModuleType,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    types.GeneratorType,
-    types.CoroutineType,
-    types.AsyncGeneratorType,
-    types.FrameType,
-    types.CodeType,
-    types.TracebackType,
-    memoryview,
-    property,
-    classmethod,
-    staticmethod,
-    weakref.ReferenceType,
-    weakref.ProxyType,
-    weakref.CallableProxyType,
-)
-_SKIP_PACKAGES = frozenset(
-    {
-        "numpy",
-        "pandas",
-        "polars",
-        "pyarrow",
-        "matplotlib",
-        "IPython",
-        "ipykernel",
-        "traitlets",
-        "zmq",
-        "jupyter_client",
-        "prompt_toolkit",
-        "pygments",
-        "rich",
-        "_pytest",
-        "pytest",
-    }
-)
 _ACCELERATORS = frozenset({"cuda", "mps", "xpu", "hpu"})
 _IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
-
 _dict_items = dict.items
-_list_len = list.__len__
-_list_get = list.__getitem__
 _tuple_len = tuple.__len__
 _tuple_get = tuple.__getitem__
-_type_dict = type.__dict__["__dict__"].__get__
-# A class's MRO and module read through type's own descriptors: a metaclass's
-# __getattribute__ or properties (user code) are never called.
-_mro = type.__dict__["__mro__"].__get__
-_module_of = type.__dict__["__module__"].__get__
-
-
-# ---------------------------------------------------------------------------------------------
-# torch access, resolved once per scan
-
-
-@dataclass
-class _Torch:
-    """Handles on torch internals; built only when the user already imported torch."""
-
-    tensor: type
-    module: type
-    optimizer: type
-    parameter: type
-    fake_types: tuple[type, ...]
-    # TensorBase's (and StorageBase's) own descriptors: safe on any tensor, subclass or not.
-    # get.storage_key is the identity of the StorageImpl, for alias detection.
-    get: _Readers
-    get_layout: Callable[[Any], Any]
-    get_grad_fn: Callable[[Any], Any]
-    storage: Callable[[Any], Any]
-    storage_nbytes: Callable[[Any], int]
-    strided: Any
-    no_subclass_dispatch: Callable[[], Any]
-    uninitialized: tuple[type, ...]
-    read: _Readers
-    # One torch.Size object per distinct shape (a scan's rows share them): tens of thousands
-    # fewer objects for the garbage collector to traverse and for a kept report to hold.
-    shapes: dict[Any, Any] = field(default_factory=dict)
-    _shape_bytes: dict[int, _ShapeBytes] = field(default_factory=dict)
-
-    def shape_bytes(self, itemsize: int) -> _ShapeBytes:
-        """Shape -> bytes of a tensor of that shape with elements of ``itemsize`` bytes."""
-        table = self._shape_bytes.get(itemsize)
-        if table is None:
-            table = self._shape_bytes[itemsize] = _ShapeBytes(itemsize)
-        return table
-
-    @classmethod
-    def from_module(cls, torch: Any) -> _Torch:
-        # torch 2.1 names it _TensorBase (2.2 renamed it and kept the old name as an alias).
-        base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
-        no_dispatch = getattr(torch._C, "DisableTorchFunctionSubclass", None)
-        fakes: tuple[type, ...] = ()
-        fake_mod = sys.modules.get("torch._subclasses.fake_tensor")
-        if fake_mod is not None:
-            fakes = (fake_mod.FakeTensor,)
-        uninit: tuple[type, ...] = ()
-        with contextlib.suppress(Exception):
-            from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
-
-            uninit = (UninitializedTensorMixin,)
-        get = _Readers(
-            shape=base.shape.__get__,
-            dtype=base.dtype.__get__,
-            device=base.device.__get__,
-            is_cpu=base.is_cpu.__get__ if hasattr(base, "is_cpu") else None,
-            nbytes=base.nbytes.__get__,
-            requires_grad=base.requires_grad.__get__,
-            grad=base.grad.__get__,
-            storage_key=torch._C.StorageBase._cdata.__get__,
-        )
-        return cls(
-            tensor=torch.Tensor,
-            module=torch.nn.Module,
-            optimizer=torch.optim.Optimizer,
-            parameter=torch.nn.Parameter,
-            fake_types=fakes,
-            get=get,
-            get_layout=base.layout.__get__,
-            get_grad_fn=base.grad_fn.__get__,
-            storage=base.untyped_storage,
-            storage_nbytes=torch._C.StorageBase.nbytes,
-            strided=torch.strided,
-            no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
-            uninitialized=uninit,
-            read=_Readers.choose(torch, base, get),
-        )
-
-
-class _ShapeBytes(dict[Any, int]):
-    """``torch.Size`` -> numel * itemsize for one element size, made on first use."""
-
-    __slots__ = ("itemsize",)
-
-    def __init__(self, itemsize: int) -> None:
-        super().__init__()
-        self.itemsize = itemsize
-
-    def __missing__(self, shape: Any) -> int:
-        nbytes = self[shape] = math.prod(shape) * self.itemsize
-        return nbytes
-
-
-_READ_NAMES = ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", "grad")
-
-
-class _Readers(NamedTuple):
-    """Column readers for values that are exactly torch.Tensor or nn.Parameter: ``attrgetter``
-    where an attribute lookup through those classes reaches TensorBase's own getsets (about
-    15% less per pass than calling each descriptor's ``__get__``), the descriptors themselves
-    where torch's classes were patched. Storage keys always come from the descriptor."""
-
-    shape: Callable[[Any], Any]
-    dtype: Callable[[Any], Any]
-    device: Callable[[Any], Any]
-    is_cpu: Optional[Callable[[Any], bool]]
-    nbytes: Callable[[Any], int]
-    requires_grad: Callable[[Any], bool]
-    grad: Callable[[Any], Any]
-    storage_key: Callable[[Any], int]
-
-    @classmethod
-    def choose(cls, torch: Any, base: type, descriptors: _Readers) -> _Readers:
-        # Between Tensor / Parameter and TensorBase only Python classes lie (TensorBase and
-        # object are immutable); storages are always read through StorageBase's own
-        # descriptors (their MRO has a Python base, _StorageBase, under StorageBase).
-        for klass in (torch.Tensor, torch.nn.Parameter):
-            for k in _mro(klass):
-                if k is base:
-                    break
-                ns = _type_dict(k)
-                if "__getattribute__" in ns or any(name in ns for name in _READ_NAMES):
-                    return descriptors  # something patched in: it could be user code
-        shape, dtype, device, is_cpu, nbytes, requires_grad, grad = map(attrgetter, _READ_NAMES)
-        return cls(
-            shape,
-            dtype,
-            device,
-            is_cpu if descriptors.is_cpu is not None else None,  # a torch without is_cpu
-            nbytes,
-            requires_grad,
-            grad,
-            descriptors.storage_key,
-        )
-
-
-class _TensorFacts(NamedTuple):
-    device: str
-    dtype: str
-    shape: Optional[tuple[int, ...]]
-    storage_key: Optional[int]  # identity of the StorageImpl, for alias detection
-    storage_bytes: int  # memory the storage holds (0 on meta / fake)
-    view_bytes: int  # numel * element size
-    requires_grad: bool
-    has_grad_fn: bool
-    note: str
-
-
-class _TextOf(dict[Any, str]):
-    """Device or dtype objects -> their text, made on first use: ``table[obj]`` never misses,
-    so a whole column maps through ``table.__getitem__`` in C. torch hands out equal
-    objects, so these stay tiny."""
-
-    def __missing__(self, key: Any) -> str:
-        text = str(key)
-        text = self[key] = text[6:] if text.startswith("torch.") else text
-        return text
-
-
-_DEVICE_TEXT = _TextOf()
-_DTYPE_TEXT = _TextOf()
-_device_text = _DEVICE_TEXT.__getitem__
-_dtype_text = _DTYPE_TEXT.__getitem__
-
-
-def tensor_facts(t: Any, tt: _Torch) -> _TensorFacts:
-    """Metadata of one tensor without reading its values or running subclass overrides."""
-    cls = type(t)
-    if (cls is tt.tensor or cls is tt.parameter) and tt.get_layout(t) is tt.strided:
-        return _strided_facts(t, tt, "")  # the common case: no subclass dispatch to disable
-    with tt.no_subclass_dispatch():
-        return _special_facts(t, cls, tt)
-
-
-def _strided_facts(t: Any, tt: _Torch, note: str) -> _TensorFacts:
-    # One tensor at a time (subclasses, and batches facts_columns refused); plain tensors in
-    # bulk take _read_columns, the same facts column-wise.
-    device = _device_text(tt.get.device(t))
-    try:
-        shape: Optional[tuple[int, ...]] = tt.get.shape(t)  # torch.Size is a tuple
-    except Exception:
-        shape, note = None, note or "nested"  # nested tensors have no single shape
-    try:
-        storage = tt.storage(t)
-        key = tt.get.storage_key(storage)
-        nbytes = 0 if device == "meta" else tt.storage_nbytes(storage)
-    except Exception:
-        key, nbytes, note = None, 0, note or "no storage"
-    view = tt.get.nbytes(t) if shape is not None and device != "meta" else nbytes
-    requires_grad = tt.get.requires_grad(t)
-    return _TensorFacts(
-        device,
-        _dtype_text(tt.get.dtype(t)),
-        shape,
-        key,
-        nbytes,
-        view,
-        requires_grad,
-        requires_grad and _has_graph(t, tt),
-        note,
-    )
-
-
-def _special_facts(t: Any, cls: type, tt: _Torch) -> _TensorFacts:
-    """Subclasses, fake, lazy and non-strided tensors."""
-    device = _device_text(tt.get.device(t))
-    dtype = _dtype_text(tt.get.dtype(t))
-    requires_grad = bool(tt.get.requires_grad(t))
-    if tt.uninitialized and issubclass(cls, tt.uninitialized):
-        return _TensorFacts(device, dtype, None, None, 0, 0, requires_grad, False, "uninitialized")
-    has_grad_fn = _has_graph(t, tt)
-    if tt.fake_types and issubclass(cls, tt.fake_types):
-        shape = _safe_shape(t, tt)
-        return _TensorFacts(device, dtype, shape, None, 0, 0, requires_grad, has_grad_fn, "fake")
-    layout = tt.get_layout(t)
-    if layout is not tt.strided:
-        note = str(layout).replace("torch.", "")
-        key, nbytes = _component_storage(t, tt)
-        shape = _safe_shape(t, tt)
-        return _TensorFacts(
-            device, dtype, shape, key, nbytes, nbytes, requires_grad, has_grad_fn, note
-        )
-    return _strided_facts(t, tt, "")
-
-
-class _Columns(NamedTuple):
-    """The facts of many tensors, one list per field (the same fields as :class:`_TensorFacts`)."""
-
-    device: list[str]
-    dtype: list[str]
-    shape: list[Optional[tuple[int, ...]]]
-    storage_key: list[Optional[int]]
-    storage_bytes: list[int]
-    view_bytes: list[int]
-    requires_grad: list[bool]
-    has_grad_fn: list[bool]
-    note: list[str]
-
-
-def columns_of(facts: list[_TensorFacts]) -> _Columns:
-    """Per-tensor facts turned into columns (the general path)."""
-    if not facts:
-        return _Columns([], [], [], [], [], [], [], [], [])
-    return _Columns(*map(list, zip(*facts)))
-
-
-def facts_columns(values: list[Any], tt: _Torch) -> Optional[_Columns]:
-    """:func:`tensor_facts` for many plain strided tensors at once, as columns, or ``None``.
-
-    Each C getter is mapped over the whole list: no Python frame and no Python-level loop per
-    tensor. ``None`` when any value is a subclass, nested or not strided (those take the
-    general path, one tensor at a time).
-    """
-    if not values or not _plain(values, tt):
-        return None
-    try:
-        return _read_columns(values, tt)
-    except Exception:  # see _read_columns: one at a time
-        return None
-
-
-class _Placement(NamedTuple):
-    """Where many tensors live and the storage each holds (fields as in :class:`_Columns`)."""
-
-    device: list[str]
-    dtype: list[str]
-    storage_key: list[Optional[int]]
-    storage_bytes: list[int]
-
-
-def placement_columns(values: list[Any], tt: _Torch) -> Optional[_Placement]:
-    """:func:`facts_columns` for a module's parameters and buffers: a module row shows only
-    their devices, dtypes and storage bytes, so shapes, views and grad flags are not read
-    (four of nine passes). ``None`` as for :func:`facts_columns`."""
-    if not values or not _plain(values, tt):
-        return None
-    try:
-        return _Placement(*_read_placement(values, tt)[:4])
-    except Exception:  # no storage: sparse, mkldnn... one at a time
-        return None
-
-
-def _plain(values: list[Any], tt: _Torch) -> bool:
-    """Whether every value is exactly a torch.Tensor or an nn.Parameter (no subclass)."""
-    return (
-        _all_exactly(values, tt.tensor)
-        or _all_exactly(values, tt.parameter)
-        or set(map(id, map(type, values))) <= {id(tt.tensor), id(tt.parameter)}
-    )
-
-
-def _read_placement(
-    values: list[Any], tt: _Torch
-) -> tuple[list[str], list[str], list[Optional[int]], list[int], Any]:
-    """Devices, dtypes, storage keys and storage bytes, column-wise, and the dtype when all
-    share one (else ``None``); raises for a tensor without storage (every sparse layout,
-    mkldnn, vmap's BatchedTensor)."""
-    storages = list(map(tt.storage, values))
-    sizes = list(map(tt.storage_nbytes, storages))
-    n = len(values)
-    devices: list[str]
-    read = tt.read
-    if read.is_cpu is not None and all(map(read.is_cpu, values)):
-        devices = ["cpu"] * n  # a bool per tensor, no device object to build
-    else:
-        devices = list(map(_device_text, map(read.device, values)))
-        if "meta" in devices:  # meta tensors hold no memory
-            sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
-    dtype_objects = list(map(read.dtype, values))
-    one_dtype = dtype_objects[0]
-    if dtype_objects.count(one_dtype) == n:  # one dtype (torch's dtypes are singletons)
-        dtypes = [_dtype_text(one_dtype)] * n
-    else:
-        dtypes, one_dtype = list(map(_dtype_text, dtype_objects)), None
-    keys: list[Optional[int]] = list(map(read.storage_key, storages))
-    return devices, dtypes, keys, sizes, one_dtype
-
-
-def _read_columns(values: list[Any], tt: _Torch) -> _Columns:
-    """Raises for any tensor that is not plain and strided, which is how facts_columns tells
-    them apart without a layout pass: nested tensors have no shape; sparse (every sparse
-    layout), mkldnn and vmap's BatchedTensor have no storage. test_scan checks that every
-    layout torch defines is refused."""
-    shapes = list(map(tt.read.shape, values))
-    shapes = list(map(tt.shapes.setdefault, shapes, shapes))  # torch.Size hashes as a tuple
-    devices, dtypes, keys, sizes, one_dtype = _read_placement(values, tt)
-    itemsize = getattr(one_dtype, "itemsize", None)  # None for None (mixed dtypes)
-    if type(itemsize) is int:  # Tensor.nbytes is numel * itemsize: one product per shape
-        views = list(map(tt.shape_bytes(itemsize).__getitem__, shapes))
-    else:
-        views = list(map(tt.read.nbytes, values))
-    if "meta" in devices:
-        views = [0 if d == "meta" else b for d, b in zip(devices, views)]
-    grads = list(map(tt.read.requires_grad, values))
-    n = len(values)
-    if True in grads:  # only a tensor that requires grad can have a grad_fn
-        graphs = list(map(is_not, map(tt.get_grad_fn, values), repeat(None)))
-    else:
-        graphs = [False] * n
-    return _Columns(devices, dtypes, shapes, keys, sizes, views, grads, graphs, [""] * n)
-
-
-def _has_graph(t: Any, tt: _Torch) -> bool:
-    """Whether ``t`` has a ``grad_fn``. Reading it raises for a view made under no_grad
-    whose base was then changed in place: that tensor is still reported, without a graph."""
-    try:
-        return tt.get_grad_fn(t) is not None
-    except RuntimeError:
-        return False
-
-
-def _safe_shape(t: Any, tt: _Torch) -> Optional[tuple[int, ...]]:
-    try:
-        return tuple(tt.get.shape(t))
-    except Exception:
-        return None  # nested tensors have no single shape
-
-
-def _component_storage(t: Any, tt: _Torch) -> tuple[Optional[int], int]:
-    """Sparse layouts: the bytes of their component tensors, keyed by the values' storage."""
-    total, key = 0, None
-    for name in (
-        "_values",
-        "_indices",
-        "crow_indices",
-        "col_indices",
-        "ccol_indices",
-        "row_indices",
-    ):
-        getter = getattr(tt.tensor, name, None)
-        if getter is None:
-            continue
-        try:
-            part = getter(t)
-            storage = tt.storage(part)
-        except Exception:
-            continue
-        total += tt.storage_nbytes(storage)
-        if key is None:
-            key = tt.get.storage_key(storage)
-    return key, total
-
-
-# ---------------------------------------------------------------------------------------------
-# safe attribute access
-
-
-def dict_descriptor(cls: type) -> Optional[Any]:
-    """The C getset that reads instances' ``__dict__``; ``None`` when there is none, or when
-    a class shadows it with something that could run code (a property)."""
-    for klass in _mro(cls):
-        entry = _type_dict(klass).get("__dict__")
-        if entry is None:
-            continue
-        return entry if type(entry) is types.GetSetDescriptorType else None
-    return None
-
-
-def instance_attributes(obj: Any, descriptor: Any = False) -> Optional[dict[str, Any]]:
-    """The instance ``__dict__`` without calling a property that shadows ``__dict__``.
-
-    ``descriptor`` is ``dict_descriptor(type(obj))`` when the caller has it cached.
-    """
-    if descriptor is False:
-        descriptor = dict_descriptor(type(obj))
-    if descriptor is None:
-        return None
-    try:
-        found = descriptor.__get__(obj)
-    except Exception:
-        return None
-    return found if type(found) is dict else None
-
-
-def module_table(namespace: Mapping[str, Any], name: str) -> Optional[dict[str, Any]]:
-    """A module's ``_parameters``, ``_buffers`` or ``_modules`` table, read from its instance
-    dict; ``None`` when it is missing or not a dict.
-
-    torch before 2.5 keeps these tables in OrderedDicts, so a dict subclass is accepted: read
-    it through dict's own C methods (``dict.items(table)``), never the subclass's."""
-    table = namespace.get(name)
-    return table if table is not None and issubclass(type(table), dict) else None
-
-
-_odict_items = collections.OrderedDict.items
-
-
-def table_items(table: Any) -> list[tuple[Any, Any]]:
-    """A module table's ``(name, value)`` pairs in its own order, through C methods only.
-    An OrderedDict (torch before 2.5) is read in its linked order, which ``move_to_end``
-    changes and ``dict.items`` does not see, when every key is a str (the linked walk looks
-    each key up again: hashing any other key could run its ``__hash__``); any other table,
-    or an OrderedDict whose links are out of step with its dict, in insertion order."""
-    if issubclass(type(table), collections.OrderedDict) and all(
-        map(is_, map(type, dict.keys(table)), repeat(str))
-    ):
-        try:
-            return list(_odict_items(table))
-        except Exception:  # e.g. dict.__delitem__ applied to it: links and dict disagree
-            pass
-    return list(_dict_items(table))
-
-
-def slot_values(obj: Any) -> Iterator[tuple[str, Any]]:
-    """``(name, value)`` for filled ``__slots__`` read through their member descriptors."""
-    seen: set[str] = set()
-    for klass in _mro(type(obj)):
-        ns = _type_dict(klass)
-        slots = ns.get("__slots__")
-        if slots is None:
-            continue
-        names = (slots,) if type(slots) is str else slots
-        if type(names) not in (tuple, list):
-            continue
-        for name in names:
-            if type(name) is not str or name in seen or name in ("__dict__", "__weakref__"):
-                continue
-            seen.add(name)
-            desc = ns.get(name)
-            if type(desc) is not types.MemberDescriptorType:
-                continue
-            try:
-                yield name, desc.__get__(obj, klass)
-            except AttributeError:
-                continue  # slot not filled
-
-
-def _type_flag(cls: type, name: str) -> Any:
-    """A class attribute looked up in the MRO namespaces, no descriptors invoked."""
-    for klass in _mro(cls):
-        ns = _type_dict(klass)
-        if name in ns:
-            return ns[name]
-    return None
-
-
-def _key_text(key: Any) -> Optional[str]:
-    """A dict key as the user would type it, for keys whose repr we can trust."""
-    kt = type(key)
-    if kt is str or kt is int or kt is bool or key is None:
-        return repr(key)
-    if kt is float:
-        return repr(key)
-    if kt is tuple and all(type(k) in (str, int, bool) for k in key):
-        return repr(key)
-    return None
-
-
-def attribute_path(path: str, name: Any) -> str:
-    """``path.name`` as a user would type it, for any key of an attribute table:
-    ``path['odd key']`` for a str that is no identifier (or is a keyword), ``path[3]`` or
-    ``path[None]`` for a key of another type whose repr can be trusted, ``path[<key>]``
-    otherwise. No method of a key that is not exactly a str is called."""
-    if type(name) is str:
-        return _attr_path(path, name)
-    return f"{path}[{_key_text(name) or '<key>'}]"
-
-
-def module_child_path(path: str, name: Any) -> str:
-    """A submodule's path: ``model[0]`` (Sequential, ModuleList), else as :func:`attribute_path`."""
-    return _module_child_path(path, name) if type(name) is str else attribute_path(path, name)
-
-
-def _attr_path(path: str, name: str) -> str:
-    return f"{path}.{name}" if _is_attribute_name(name) else f"{path}[{name!r}]"
-
-
-def _is_attribute_name(name: str) -> bool:
-    """Whether ``obj.name`` can be typed: an identifier that is not a keyword."""
-    return name.isidentifier() and not iskeyword(name)
-
-
-def _module_child_path(path: str, name: str) -> str:
-    if name.isascii() and name.isdigit():
-        return f"{path}[{name}]"
-    return _attr_path(path, name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -697,55 +133,12 @@ class _Scanner:
         self.optimizers: list[tuple[str, Any]] = []
         self.named_by_device: dict[str, int] = {}
         self.graph_roots: list[tuple[str, str]] = []  # (path, device) of non-leaf tensors
-        # Per-class caches are keyed by id(class), never by the class: a metaclass may define
-        # __hash__ or __eq__ (user code, or unhashable). _classes keeps each class alive so
-        # its id cannot be reused during the scan.
-        self._kind_cache: dict[int, str] = {}
-        self._dict_cache: dict[int, Any] = {}
-        self._classes: list[type] = []
-        self.tensor_type_ids = _subclass_ids(tt.tensor)  # every class whose kind is "tensor"
-
-    def attributes(self, obj: Any) -> Optional[dict[str, Any]]:
-        """``instance_attributes`` with the per-type descriptor looked up once per scan."""
-        cls = type(obj)
-        descriptor = self._dict_cache.get(id(cls), False)
-        if descriptor is False:
-            descriptor = self._dict_cache[id(cls)] = dict_descriptor(cls)
-            self._classes.append(cls)
-        return instance_attributes(obj, descriptor)
-
-    # -- classification -----------------------------------------------------------------------
-    def kind_of(self, cls: type) -> str:
-        kind = self._kind_cache.get(id(cls))
-        if kind is None:
-            kind = self._classify(cls)
-            self._kind_cache[id(cls)] = kind
-            self._classes.append(cls)
-        return kind
-
-    def _classify(self, cls: type) -> str:
-        tt = self.tt
-        if issubclass(cls, _ATOMIC):
-            return "skip"
-        if issubclass(cls, tt.tensor):
-            return "tensor"
-        if issubclass(cls, tt.module):
-            return "module"
-        if issubclass(cls, tt.optimizer):
-            return "optimizer"
-        if issubclass(cls, dict):
-            return "dict"
-        if issubclass(cls, tuple):
-            return "namedtuple" if type(_type_flag(cls, "_fields")) is tuple else "sequence"
-        if issubclass(cls, list):
-            return "sequence"
-        if issubclass(cls, (set, frozenset)):
-            return "set"
-        module = _module_of(cls)
-        root = module.split(".")[0] if type(module) is str else ""
-        if root in _SKIP_PACKAGES:
-            return "skip"
-        return "object"
+        # Per-class caches keyed by id(class) (see safe.classes).
+        self.classes = Classifier(tt)
+        self._kind_cache = self.classes.kinds
+        self.kind_of = self.classes.kind_of
+        self.attributes = self.classes.attributes
+        self.tensor_type_ids = self.classes.tensor_type_ids
 
     # -- dispatch -----------------------------------------------------------------------------
     def visit(self, obj: Any, path: str, depth: int) -> None:
@@ -809,13 +202,9 @@ class _Scanner:
                 visit(value, f"{path}[{text}]" if text else f"{path}[<key {i}>]", depth)
 
     def walk_sequence(self, seq: Any, path: str, depth: int) -> None:
-        get: Callable[[Any, slice], Any]
-        if issubclass(type(seq), tuple):
-            n, get = _tuple_len(seq), _tuple_get
-        else:
-            n, get = _list_len(seq), _list_get
+        n = sequence_len(seq)
         limit = min(n, self.max_items)
-        values = list(get(seq, slice(0, limit)))  # the base type's C slice: no __iter__ runs
+        values = sequence_values(seq, limit)  # the base type's C slice: no __iter__ runs
         if limit >= BATCH_MIN and self._fits(values) and self._only_tensors(values):
             self._defer(values, [f"{path}[{i}]" for i in range(limit)])
         else:
@@ -1017,103 +406,12 @@ class _Scanner:
     def walk_module(self, mod: Any, path: str, depth: int) -> None:
         """Parameters, buffers (and their grads) of the module tree, read from the module
         dicts directly: ``named_parameters()`` is a method a subclass may override."""
-        namespaces, module_paths = self._module_tree(mod, path)
+        classes = self.classes
+        namespaces, module_paths = module_tree(mod, path, classes, self.seen)
         acc = _Accumulator()
-        self._module_tensors(*self._owned_tensors(namespaces, module_paths), acc)
-        self._module_row(mod, path, acc, self._plain_tensor_attributes(namespaces, module_paths))
-
-    def _module_tree(self, mod: Any, path: str) -> tuple[list[dict[str, Any]], list[str]]:
-        """The instance dicts of ``mod`` and of each submodule once, depth first in
-        ``named_modules()`` order, and the paths a user would type for them."""
-        kinds, kind_of, seen = self._kind_cache, self.kind_of, self.seen
-        descriptors, attributes = self._dict_cache, self.attributes
-        namespaces: list[dict[str, Any]] = []
-        paths: list[str] = []
-        seen_modules: set[int] = set()
-        stack = [(path, mod)]
-        pop, push = stack.pop, stack.append
-        while stack:
-            mpath, m = pop()
-            if id(m) in seen_modules:
-                continue
-            seen_modules.add(id(m))
-            descriptor = descriptors.get(id(type(m)))
-            if descriptor is None:  # class not met yet, or without a readable __dict__
-                ns = attributes(m)
-                if ns is None:
-                    continue
-            else:  # self.attributes(m), inlined: a model has thousands of modules
-                try:
-                    ns = descriptor.__get__(m)
-                except Exception:
-                    continue
-                if type(ns) is not dict:
-                    continue
-            namespaces.append(ns)
-            paths.append(mpath)
-            children: Any = ns.get("_modules")
-            # A dict subclass too (torch before 2.5 keeps the tables in OrderedDicts): read
-            # through dict's own C methods, never the subclass's.
-            if type(children) is dict:
-                if not children:
-                    continue  # a leaf
-            elif not issubclass(type(children), dict) or not dict.__len__(children):
-                continue
-            for name, child in reversed(list(table_items(children))):
-                if (
-                    child is not None
-                    and (kinds.get(id(type(child))) or kind_of(type(child))) == "module"
-                ):
-                    seen.add(id(child))
-                    push(
-                        (
-                            f"{mpath}[{name}]"  # module_child_path, inlined: Sequential
-                            if type(name) is str and name.isascii() and name.isdigit()
-                            else module_child_path(mpath, name),
-                            child,
-                        )
-                    )
-        return namespaces, paths
-
-    def _owned_tensors(
-        self, namespaces: list[dict[str, Any]], module_paths: list[str]
-    ) -> tuple[list[Any], list[str]]:
-        """Parameters then buffers of each module, in module order, and their paths.
-        Entries that are not tensors (``None`` for ``bias=False``) are skipped."""
-        kinds, kind_of = self._kind_cache, self.kind_of
-        owned: list[Any] = []
-        owned_paths: list[str] = []
-        for mpath, ns in zip(module_paths, namespaces):
-            tables: tuple[Any, Any] = (ns.get("_parameters"), ns.get("_buffers"))
-            for table in tables:
-                if type(table) is not dict and not issubclass(type(table), dict):
-                    continue  # a dict subclass is read through dict's own methods, as above
-                for name, t in _dict_items(table) if type(table) is dict else table_items(table):
-                    if t is not None and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor":
-                        owned.append(t)
-                        owned_paths.append(
-                            f"{mpath}.{name}"  # attribute_path, inlined for the common case
-                            if type(name) is str and _is_attribute_name(name)
-                            else attribute_path(mpath, name)
-                        )
-        return owned, owned_paths
-
-    def _plain_tensor_attributes(
-        self, namespaces: list[dict[str, Any]], module_paths: list[str]
-    ) -> list[tuple[str, Any]]:
-        """Tensors set as plain attributes of a module (not parameters, not buffers)."""
-        tensor_ids = self.tensor_type_ids
-        # Rare: one C-level pass over every module's values first.
-        if tensor_ids.isdisjoint(
-            map(id, map(type, chain.from_iterable(map(dict.values, namespaces))))
-        ):
-            return []
-        return [
-            (_attr_path(mpath, name), value)
-            for mpath, ns in zip(module_paths, namespaces)
-            for name, value in _dict_items(ns)
-            if id(type(value)) in tensor_ids and type(name) is str
-        ]
+        self._module_tensors(*owned_tensors(namespaces, module_paths, classes), acc)
+        attrs = plain_tensor_attributes(namespaces, module_paths, classes)
+        self._module_row(mod, path, acc, attrs)
 
     def _module_tensors(self, tensors: list[Any], paths: list[str], acc: _Accumulator) -> None:
         """Parameters and buffers of a module tree, column-wise; then their grads."""
@@ -1361,7 +659,6 @@ _WALKERS: dict[str, Callable[[_Scanner, Any, str, int], None]] = {
     "module": _Scanner.walk_module,
 }
 _first, _second = itemgetter(0), itemgetter(1)
-_class_name = type.__dict__["__name__"].__get__  # not a metaclass's __name__ property
 
 
 def _new_owners(
@@ -1373,11 +670,6 @@ def _new_owners(
     if len(first) == len(keys) and None not in first and owner.keys().isdisjoint(first):
         return cast("dict[int, str]", first)
     return None
-
-
-def _all_exactly(values: list[Any], cls: type) -> bool:
-    """Whether every value's type is exactly ``cls``: no class is hashed or compared."""
-    return all(map(is_, map(type, values), repeat(cls)))
 
 
 def _no_notes(cols: _Columns, aliases: Optional[list[Optional[str]]]) -> bool:
@@ -1395,22 +687,6 @@ def _row_note(note: str, alias: Optional[str], storage_bytes: int, view_bytes: i
             return "view: keeps a " + format_bytes(storage_bytes) + " storage alive"
         return ""
     return "view" if view_bytes < storage_bytes else ""
-
-
-def _subclass_ids(cls: type) -> frozenset[int]:
-    """The ids of ``cls`` and of every class that now derives from it, through the C-level
-    ``type.__subclasses__`` (a metaclass cannot override it). ``issubclass(c, cls)`` holds
-    exactly for these (torch's tensor metaclass adds no virtual subclasses). Ids, not
-    classes: hashing a class may run its metaclass's ``__hash__``."""
-    found = {id(cls)}
-    stack = [cls]
-    while stack:
-        subs: list[type] = type.__subclasses__(stack.pop())
-        for sub in subs:
-            if id(sub) not in found:
-                found.add(id(sub))
-                stack.append(sub)
-    return frozenset(found)
 
 
 def _traceback_locals(tb: Any) -> list[tuple[str, Any]]:

@@ -15,7 +15,7 @@ from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis, location_text
-from torchdevmagic.scanner import module_child_path, module_table, table_items
+from torchdevmagic.safe import module_child_path, module_table, table_items
 
 EnvVerdict = Callable[[rl.Match], Optional[str]]
 OUTER_FRAMES = 3  # user frames analysed from the top (the cell and what it called) ...

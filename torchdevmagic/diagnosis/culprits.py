@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, Callable, NamedTuple, Optional
 
-from torchdevmagic.scanner import attribute_path, instance_attributes, module_table, table_items
+from torchdevmagic.safe import attribute_path, instance_attributes, module_table, table_items
 
 _MISSING = object()
 MAX_MODULE_TENSORS = 20_000  # enough for any real model; bounds the walk of odd objects

@@ -1,0 +1,138 @@
+"""Facts of many plain tensors at once, column-wise: each C getter mapped over the list.
+
+The contract: for every batch these readers accept, the columns equal those made from
+:func:`~torchdevmagic.safe.tensors.read_facts` one tensor at a time; a batch they cannot
+read exactly (a subclass, nested, sparse, mkldnn...) is refused with ``None`` and takes the
+one-at-a-time path. ``tests/test_scan_equivalence.py`` checks it.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from operator import is_, is_not
+from typing import Any, NamedTuple, Optional
+
+from torchdevmagic.safe.handles import Torch
+from torchdevmagic.safe.tensors import TensorFacts, device_text, dtype_text
+
+
+class Columns(NamedTuple):
+    """The facts of many tensors, one list per field (the same fields as :class:`TensorFacts`)."""
+
+    device: list[str]
+    dtype: list[str]
+    shape: list[Optional[tuple[int, ...]]]
+    storage_key: list[Optional[int]]
+    storage_bytes: list[int]
+    view_bytes: list[int]
+    requires_grad: list[bool]
+    has_grad_fn: list[bool]
+    note: list[str]
+
+
+class Placement(NamedTuple):
+    """Where many tensors live and the storage each holds (fields as in :class:`Columns`)."""
+
+    device: list[str]
+    dtype: list[str]
+    storage_key: list[Optional[int]]
+    storage_bytes: list[int]
+
+
+def columns_of(facts: list[TensorFacts]) -> Columns:
+    """Per-tensor facts turned into columns (the general path)."""
+    if not facts:
+        return Columns([], [], [], [], [], [], [], [], [])
+    return Columns(*map(list, zip(*facts)))
+
+
+def facts_columns(values: list[Any], tt: Torch) -> Optional[Columns]:
+    """``read_facts`` for many plain strided tensors at once, as columns, or ``None``.
+
+    Each C getter is mapped over the whole list: no Python frame and no Python-level loop per
+    tensor. ``None`` when any value is a subclass, nested or not strided (those take the
+    general path, one tensor at a time).
+    """
+    if not values or not plain(values, tt):
+        return None
+    try:
+        return _read_columns(values, tt)
+    except Exception:  # see _read_columns: one at a time
+        return None
+
+
+def placement_columns(values: list[Any], tt: Torch) -> Optional[Placement]:
+    """:func:`facts_columns` for a module's parameters and buffers: a module row shows only
+    their devices, dtypes and storage bytes, so shapes, views and grad flags are not read
+    (four of nine passes). ``None`` as for :func:`facts_columns`."""
+    if not values or not plain(values, tt):
+        return None
+    try:
+        return Placement(*_read_placement(values, tt)[:4])
+    except Exception:  # no storage: sparse, mkldnn... one at a time
+        return None
+
+
+def all_exactly(values: list[Any], cls: type) -> bool:
+    """Whether every value's type is exactly ``cls``: no class is hashed or compared."""
+    return all(map(is_, map(type, values), repeat(cls)))
+
+
+def plain(values: list[Any], tt: Torch) -> bool:
+    """Whether every value is exactly a torch.Tensor or an nn.Parameter (no subclass)."""
+    return (
+        all_exactly(values, tt.tensor)
+        or all_exactly(values, tt.parameter)
+        or set(map(id, map(type, values))) <= {id(tt.tensor), id(tt.parameter)}
+    )
+
+
+def _read_placement(
+    values: list[Any], tt: Torch
+) -> tuple[list[str], list[str], list[Optional[int]], list[int], Any]:
+    """Devices, dtypes, storage keys and storage bytes, column-wise, and the dtype when all
+    share one (else ``None``); raises for a tensor without storage (every sparse layout,
+    mkldnn, vmap's BatchedTensor)."""
+    storages = list(map(tt.storage, values))
+    sizes = list(map(tt.storage_nbytes, storages))
+    n = len(values)
+    devices: list[str]
+    read = tt.read
+    if read.is_cpu is not None and all(map(read.is_cpu, values)):
+        devices = ["cpu"] * n  # a bool per tensor, no device object to build
+    else:
+        devices = list(map(device_text, map(read.device, values)))
+        if "meta" in devices:  # meta tensors hold no memory
+            sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
+    dtype_objects = list(map(read.dtype, values))
+    one_dtype = dtype_objects[0]
+    if dtype_objects.count(one_dtype) == n:  # one dtype (torch's dtypes are singletons)
+        dtypes = [dtype_text(one_dtype)] * n
+    else:
+        dtypes, one_dtype = list(map(dtype_text, dtype_objects)), None
+    keys: list[Optional[int]] = list(map(read.storage_key, storages))
+    return devices, dtypes, keys, sizes, one_dtype
+
+
+def _read_columns(values: list[Any], tt: Torch) -> Columns:
+    """Raises for any tensor that is not plain and strided, which is how facts_columns tells
+    them apart without a layout pass: nested tensors have no shape; sparse (every sparse
+    layout), mkldnn and vmap's BatchedTensor have no storage. test_scan checks that every
+    layout torch defines is refused."""
+    shapes = list(map(tt.read.shape, values))
+    shapes = list(map(tt.shapes.setdefault, shapes, shapes))  # torch.Size hashes as a tuple
+    devices, dtypes, keys, sizes, one_dtype = _read_placement(values, tt)
+    itemsize = getattr(one_dtype, "itemsize", None)  # None for None (mixed dtypes)
+    if type(itemsize) is int:  # Tensor.nbytes is numel * itemsize: one product per shape
+        views = list(map(tt.shape_bytes(itemsize).__getitem__, shapes))
+    else:
+        views = list(map(tt.read.nbytes, values))
+    if "meta" in devices:
+        views = [0 if d == "meta" else b for d, b in zip(devices, views)]
+    grads = list(map(tt.read.requires_grad, values))
+    n = len(values)
+    if True in grads:  # only a tensor that requires grad can have a grad_fn
+        graphs = list(map(is_not, map(tt.get_grad_fn, values), repeat(None)))
+    else:
+        graphs = [False] * n
+    return Columns(devices, dtypes, shapes, keys, sizes, views, grads, graphs, [""] * n)

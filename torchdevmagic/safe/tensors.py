@@ -1,0 +1,187 @@
+"""Facts of one tensor: device, dtype, shape, storage identity and bytes, grad flags.
+
+This one-at-a-time reader is the specification: the batch readers of :mod:`.batch` must
+give the same facts (``tests/test_scan_equivalence.py`` is the contract). Nothing reads a
+tensor's values; for subclasses the reads happen with subclass dispatch disabled.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+from torchdevmagic._torch import no_torch_function
+from torchdevmagic.safe.handles import Torch, handles
+
+
+class TensorFacts(NamedTuple):
+    device: str
+    dtype: str
+    shape: Optional[tuple[int, ...]]
+    storage_key: Optional[int]  # identity of the StorageImpl, for alias detection
+    storage_bytes: int  # memory the storage holds (0 on meta / fake)
+    view_bytes: int  # numel * element size
+    requires_grad: bool
+    has_grad_fn: bool
+    note: str
+
+
+class TextOf(dict[Any, str]):
+    """Device or dtype objects -> their text, made on first use: ``table[obj]`` never misses,
+    so a whole column maps through ``table.__getitem__`` in C. torch hands out equal
+    objects, so these stay tiny."""
+
+    def __missing__(self, key: Any) -> str:
+        text = str(key)
+        text = self[key] = text[6:] if text.startswith("torch.") else text
+        return text
+
+
+_DEVICE_TEXT = TextOf()
+_DTYPE_TEXT = TextOf()
+device_text = _DEVICE_TEXT.__getitem__
+dtype_text = _DTYPE_TEXT.__getitem__
+
+
+def read_facts(t: Any, tt: Torch) -> TensorFacts:
+    """Metadata of one tensor without reading its values or running subclass overrides.
+    The caller holds ``no_torch_function`` (a scan does, for its whole walk)."""
+    cls = type(t)
+    if (cls is tt.tensor or cls is tt.parameter) and tt.get_layout(t) is tt.strided:
+        return _strided_facts(t, tt, "")  # the common case: no subclass dispatch to disable
+    with tt.no_subclass_dispatch():
+        return _special_facts(t, cls, tt)
+
+
+def tensor_facts(t: Any, tt: Optional[Torch] = None) -> Optional[TensorFacts]:
+    """:class:`TensorFacts` of ``t``; ``None`` when it is no tensor or refuses to be read."""
+    tt = tt or handles()
+    if tt is None or not issubclass(type(t), tt.tensor):
+        return None
+    try:
+        with no_torch_function(tt.module_):
+            return read_facts(t, tt)
+    except Exception:
+        return None
+
+
+def storage_bytes(t: Any, tt: Optional[Torch] = None) -> int:
+    """Bytes of the storage behind ``t`` (a view of a big tensor counts all of it); 0 when it
+    is no tensor, has no data (meta, fake) or refuses to be read."""
+    facts = tensor_facts(t, tt)
+    return facts.storage_bytes if facts is not None else 0
+
+
+def tensor_device(t: Any, tt: Optional[Torch] = None) -> Optional[str]:
+    """``t``'s device text (``"cuda:0"``), or ``None`` for no tensor."""
+    tt = tt or handles()
+    if tt is None or not issubclass(type(t), tt.tensor):
+        return None
+    try:
+        with no_torch_function(tt.module_), tt.no_subclass_dispatch():
+            return device_text(tt.get.device(t))
+    except Exception:
+        return None
+
+
+def tensor_grad(t: Any, tt: Optional[Torch] = None) -> Any:
+    """``t.grad`` through TensorBase's descriptor (no property runs); ``None`` otherwise."""
+    tt = tt or handles()
+    if tt is None or not issubclass(type(t), tt.tensor):
+        return None
+    try:
+        with no_torch_function(tt.module_), tt.no_subclass_dispatch():
+            return tt.get.grad(t)
+    except Exception:
+        return None
+
+
+def _strided_facts(t: Any, tt: Torch, note: str) -> TensorFacts:
+    # One tensor at a time (subclasses, and batches facts_columns refused); plain tensors in
+    # bulk take the batch readers, the same facts column-wise.
+    device = device_text(tt.get.device(t))
+    try:
+        shape: Optional[tuple[int, ...]] = tt.get.shape(t)  # torch.Size is a tuple
+    except Exception:
+        shape, note = None, note or "nested"  # nested tensors have no single shape
+    try:
+        storage = tt.storage(t)
+        key = tt.get.storage_key(storage)
+        nbytes = 0 if device == "meta" else tt.storage_nbytes(storage)
+    except Exception:
+        key, nbytes, note = None, 0, note or "no storage"
+    view = tt.get.nbytes(t) if shape is not None and device != "meta" else nbytes
+    requires_grad = tt.get.requires_grad(t)
+    return TensorFacts(
+        device,
+        dtype_text(tt.get.dtype(t)),
+        shape,
+        key,
+        nbytes,
+        view,
+        requires_grad,
+        requires_grad and has_graph(t, tt),
+        note,
+    )
+
+
+def _special_facts(t: Any, cls: type, tt: Torch) -> TensorFacts:
+    """Subclasses, fake, lazy and non-strided tensors."""
+    device = device_text(tt.get.device(t))
+    dtype = dtype_text(tt.get.dtype(t))
+    requires_grad = bool(tt.get.requires_grad(t))
+    if tt.uninitialized and issubclass(cls, tt.uninitialized):
+        return TensorFacts(device, dtype, None, None, 0, 0, requires_grad, False, "uninitialized")
+    has_grad_fn = has_graph(t, tt)
+    if tt.fake_types and issubclass(cls, tt.fake_types):
+        shape = safe_shape(t, tt)
+        return TensorFacts(device, dtype, shape, None, 0, 0, requires_grad, has_grad_fn, "fake")
+    layout = tt.get_layout(t)
+    if layout is not tt.strided:
+        note = str(layout).replace("torch.", "")
+        key, nbytes = _component_storage(t, tt)
+        shape = safe_shape(t, tt)
+        return TensorFacts(
+            device, dtype, shape, key, nbytes, nbytes, requires_grad, has_grad_fn, note
+        )
+    return _strided_facts(t, tt, "")
+
+
+def has_graph(t: Any, tt: Torch) -> bool:
+    """Whether ``t`` has a ``grad_fn``. Reading it raises for a view made under no_grad
+    whose base was then changed in place: that tensor is still reported, without a graph."""
+    try:
+        return tt.get_grad_fn(t) is not None
+    except RuntimeError:
+        return False
+
+
+def safe_shape(t: Any, tt: Torch) -> Optional[tuple[int, ...]]:
+    try:
+        return tuple(tt.get.shape(t))
+    except Exception:
+        return None  # nested tensors have no single shape
+
+
+def _component_storage(t: Any, tt: Torch) -> tuple[Optional[int], int]:
+    """Sparse layouts: the bytes of their component tensors, keyed by the values' storage."""
+    total, key = 0, None
+    for name in (
+        "_values",
+        "_indices",
+        "crow_indices",
+        "col_indices",
+        "ccol_indices",
+        "row_indices",
+    ):
+        getter = getattr(tt.tensor, name, None)
+        if getter is None:
+            continue
+        try:
+            part = getter(t)
+            storage = tt.storage(part)
+        except Exception:
+            continue
+        total += tt.storage_nbytes(storage)
+        if key is None:
+            key = tt.get.storage_key(storage)
+    return key, total
