@@ -286,4 +286,4 @@ def test_traceback_shows_the_users_lines_not_ours(shell: Any, capsys: Any) -> No
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
     assert "raise KeyError('boom')" in out and "KeyError: 'boom'" in out
     if int(IPython.__version__.split(".")[0]) >= 8:  # 7.x ignores __tracebackhide__
-        assert "timing.py" not in out and "_cell.py" not in out and "cuda_time.py" not in out
+        assert "engine.py" not in out and "_cell.py" not in out and "cuda_time.py" not in out

@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from torchdevmagic import selfcheck as sc
+from torchdevmagic._format import format_bytes
 from torchdevmagic.records import DeviceMemory
+from torchdevmagic.selfcheck import checks_devcheck as sc_devcheck
+from torchdevmagic.selfcheck import checks_devices as sc_devices
+from torchdevmagic.selfcheck import checks_timing as sc_timing
+from torchdevmagic.selfcheck import cli as sc_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 GiB = 1 << 30
@@ -171,8 +176,8 @@ def test_main_exit_status_is_1_when_a_gpu_check_fails(
         _check("fake.two_gpus", lambda ctx: sc.passed("x"), gpus=2),
     )
     machine = sc.Machine(None, "9.9", 1, ("Fake GPU",), None)
-    monkeypatch.setattr(sc, "CHECKS", checks)
-    monkeypatch.setattr(sc, "inspect_machine", lambda: machine)
+    monkeypatch.setattr(sc_cli, "CHECKS", checks)
+    monkeypatch.setattr(sc_cli, "inspect_machine", lambda: machine)
     out_file = tmp_path / "r.json"
     assert sc.main(["--json", str(out_file)]) == 1
     text = capsys.readouterr().out
@@ -286,23 +291,23 @@ def test_release_and_context_judgements() -> None:
     bad = sc.release_outcome(512, 512 + GiB, "f")
     assert bad.status == "FAIL" and "1.0 GiB after del + empty_cache, baseline 512 B" in bad.reason
     good = {"ok": True, "before": False, "after": False, "gpu_rows": 2, "count": 2, "env": "ok"}
-    assert sc.no_context_outcome(good).status == "PASS"
-    assert "created a CUDA context" in sc.no_context_outcome({**good, "after": True}).reason
-    assert "proves nothing" in sc.no_context_outcome({**good, "before": True}).reason
-    assert sc.no_context_outcome({**good, "gpu_rows": 1}).status == "FAIL"
+    assert sc_devices.no_context_outcome(good).status == "PASS"
+    assert "created a CUDA context" in sc_devices.no_context_outcome({**good, "after": True}).reason
+    assert "proves nothing" in sc_devices.no_context_outcome({**good, "before": True}).reason
+    assert sc_devices.no_context_outcome({**good, "gpu_rows": 1}).status == "FAIL"
 
 
 def test_restore_judgement() -> None:
     default, timed, user = object(), object(), object()
-    assert sc.restore_problems((0, default), (0, default), timed) == []
-    assert sc.restore_problems((0, default), (1, timed), timed) == [
+    assert sc_timing.restore_problems((0, default), (0, default), timed) == []
+    assert sc_timing.restore_problems((0, default), (1, timed), timed) == [
         "current device 0 -> 1",
         f"current stream {default} -> {timed}",
     ]
-    assert sc.restore_problems((0, user), (0, user), user) == [
+    assert sc_timing.restore_problems((0, user), (0, user), user) == [
         "the cell ran on the caller's stream, not the dedicated one"
     ]
-    assert sc.restore_problems((0, user), (0, user), user, dedicated=False) == []
+    assert sc_timing.restore_problems((0, user), (0, user), user, dedicated=False) == []
 
 
 def test_validation_note_is_honest() -> None:
@@ -333,8 +338,8 @@ def test_storage_bytes_counts_each_storage_once() -> None:
     torch = pytest.importorskip("torch")
     base = torch.zeros(256)
     tensors = [base, base[:10], base.view(16, 16), torch.zeros(4, dtype=torch.float64)]
-    assert sc.storage_bytes(tensors, "cpu") == 256 * 4 + 4 * 8
-    assert sc.storage_bytes(tensors, "cuda:0") == 0
+    assert sc_devices.storage_bytes(tensors, "cpu") == 256 * 4 + 4 * 8
+    assert sc_devices.storage_bytes(tensors, "cuda:0") == 0
 
 
 # ------------------------------------------------------------------------------------------
@@ -353,17 +358,17 @@ def _shell_ctx(shell: Any, device: str, tmp_path: Path) -> sc.Context:
 
 def test_placement_check_on_meta(shell: Any, tmp_path: Path) -> None:
     ctx = _shell_ctx(shell, "meta", tmp_path)
-    outcome = sc.check_devices_placement(ctx)
+    outcome = sc_devices.check_devices_placement(ctx)
     assert outcome == sc.Outcome("PASS", "model meta, batch cpu, labels meta")
 
 
 def test_named_bytes_check_on_cpu(shell: Any, tmp_path: Path) -> None:
     ctx = _shell_ctx(shell, "cpu", tmp_path)
-    outcome = sc.check_devices_named_bytes(ctx)
+    outcome = sc_devices.check_devices_named_bytes(ctx)
     params = (1024 * 4096 + 4096 + 4096 * 10 + 10) * 4
     held = params + 512 * 1024 * 4 + 512 * 8
     assert outcome.status == "PASS", outcome
-    assert outcome.figure == f"named {sc.format_bytes(held)}, tensors hold {sc.format_bytes(held)}"
+    assert outcome.figure == f"named {format_bytes(held)}, tensors hold {format_bytes(held)}"
 
 
 @pytest.mark.parametrize(
@@ -374,10 +379,12 @@ def test_named_bytes_check_on_cpu(shell: Any, tmp_path: Path) -> None:
             id=s.name,
             marks=[pytest.mark.meta_index_check] if s.name == "index_wrong_device" else [],
         )
-        for s in sc.SCENARIOS
+        for s in sc_devcheck.SCENARIOS
     ],
 )
-def test_devcheck_scenarios_on_meta(shell: Any, tmp_path: Path, scenario: sc.Scenario) -> None:
+def test_devcheck_scenarios_on_meta(
+    shell: Any, tmp_path: Path, scenario: sc_devcheck.Scenario
+) -> None:
     """The same scenario code as on the GPU, with meta standing in for cuda:0. A meta
     checkpoint loads back onto meta whatever map_location says, so here the checkpoint is
     saved from CPU tensors (on the GPU it is saved from cuda:0 tensors)."""
@@ -385,23 +392,23 @@ def test_devcheck_scenarios_on_meta(shell: Any, tmp_path: Path, scenario: sc.Sce
         setup = scenario.setup.replace("device=DEVICE)", ")", 1)
         assert setup != scenario.setup
         scenario = dataclasses.replace(scenario, setup=setup)
-    outcome = sc.devcheck_outcome(_shell_ctx(shell, "meta", tmp_path), scenario)
+    outcome = sc_devcheck.devcheck_outcome(_shell_ctx(shell, "meta", tmp_path), scenario)
     assert outcome.status == "PASS", outcome
     assert outcome.figure.startswith(", ".join(scenario.culprits) + " -> ")
 
 
 def test_devcheck_check_can_fail(shell: Any, tmp_path: Path) -> None:
     ctx = _shell_ctx(shell, "meta", tmp_path)
-    linear = sc.SCENARIOS[0]
-    wrong = sc.devcheck_outcome(ctx, dataclasses.replace(linear, culprits=("model",)))
+    linear = sc_devcheck.SCENARIOS[0]
+    wrong = sc_devcheck.devcheck_outcome(ctx, dataclasses.replace(linear, culprits=("model",)))
     assert wrong == sc.Outcome(
         "FAIL", "x -> x = x.to(DEVICE)", "device_mismatch naming [x]; expected [model]"
     )
     fine = dataclasses.replace(linear, setup=linear.setup.replace("torch.randn(32, 64)", "0"))
-    healthy = sc.devcheck_outcome(ctx, dataclasses.replace(fine, body="logits = model"))
+    healthy = sc_devcheck.devcheck_outcome(ctx, dataclasses.replace(fine, body="logits = model"))
     assert healthy.reason == "the cell did not fail: there was no mismatch to explain"
     unknown = dataclasses.replace(linear, body="raise ValueError('not a device error')")
-    assert sc.devcheck_outcome(ctx, unknown).reason == (
+    assert sc_devcheck.devcheck_outcome(ctx, unknown).reason == (
         "no diagnosis for ValueError: not a device error"
     )
 
@@ -409,7 +416,7 @@ def test_devcheck_check_can_fail(shell: Any, tmp_path: Path) -> None:
 def test_a_failing_cell_inside_a_check_is_a_fail(shell: Any, tmp_path: Path) -> None:
     ctx = _shell_ctx(shell, "no-such-device", tmp_path)
     [result] = sc.run_checks(
-        [sc.Check("p", "", sc.check_devices_placement)], ctx, gpu_count=1, base_skip=None
+        [sc.Check("p", "", sc_devices.check_devices_placement)], ctx, gpu_count=1, base_skip=None
     )
     assert result.status == "FAIL"
     assert result.reason.startswith("cell 'import torch, torch.nn as nn' failed: RuntimeError:")
@@ -419,7 +426,7 @@ def test_a_failing_cell_inside_a_check_is_a_fail(shell: Any, tmp_path: Path) -> 
 def test_no_context_check_runs_its_subprocess(tmp_path: Path) -> None:
     """The fresh-process script is real code: run it here (no GPU rows, no context)."""
     torch = pytest.importorskip("torch")
-    outcome = sc.check_devices_no_context(sc.Context(torch, tmpdir=str(tmp_path)))
+    outcome = sc_devices.check_devices_no_context(sc.Context(torch, tmpdir=str(tmp_path)))
     count = torch.cuda.device_count()
     assert outcome.status == "PASS", outcome
     assert outcome.figure.startswith(f"is_initialized False -> False, {count} GPU rows of {count}")
@@ -443,14 +450,17 @@ def test_no_cuda_load_script_with_a_checkpoint_tagged_cuda(tmp_path: Path) -> No
     finally:
         active["on"] = False
     facts = sc.run_script(
-        sys.executable, sc.NO_CUDA_LOAD_SCRIPT, [str(path)], {"CUDA_VISIBLE_DEVICES": ""}
+        sys.executable, sc_devcheck.NO_CUDA_LOAD_SCRIPT, [str(path)], {"CUDA_VISIBLE_DEVICES": ""}
     )
     assert facts["error"].startswith("RuntimeError: Attempting to deserialize object on a CUDA")
-    outcome = sc.no_cuda_load_outcome(facts)
+    outcome = sc_devcheck.no_cuda_load_outcome(facts)
     assert outcome.status == "PASS", outcome
     assert outcome.figure.endswith("-> state = torch.load(path, map_location='cpu') (loads on cpu)")
-    assert sc.no_cuda_load_outcome({**facts, "available": True}).status == "FAIL"
-    assert sc.no_cuda_load_outcome({**facts, "device": None, "after": "E: x"}).status == "FAIL"
+    assert sc_devcheck.no_cuda_load_outcome({**facts, "available": True}).status == "FAIL"
+    assert (
+        sc_devcheck.no_cuda_load_outcome({**facts, "device": None, "after": "E: x"}).status
+        == "FAIL"
+    )
 
 
 def test_run_script_reports_a_crash() -> None:

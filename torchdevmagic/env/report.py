@@ -1,0 +1,141 @@
+"""The environment report: verdict, secondary findings and the facts table, in text, HTML, rich."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from torchdevmagic._display import (
+    ERROR_COLOR,
+    OK_COLOR,
+    WARN_COLOR,
+    Displayable,
+    html_block,
+    html_lines,
+    html_table,
+    text_table,
+)
+from torchdevmagic.env.facts import EnvFacts, collect_facts
+from torchdevmagic.env.verdicts import decide
+
+
+def _fact_rows(f: EnvFacts) -> dict[str, str]:
+    if f.torch_version is None:
+        build = "not importable"
+    elif f.torch_hip:
+        build = f"ROCm/HIP {f.torch_hip}"
+    elif f.torch_cuda:
+        build = f"CUDA {f.torch_cuda}"
+    else:
+        build = "CPU-only"
+    caps = ", ".join(
+        f"cuda:{d.index} sm_{d.capability[0]}{d.capability[1]}" for d in f.devices if d.capability
+    )
+    driver = f.driver_version or (f"N/A ({f.nvml_error})" if f.nvml_error else "N/A")
+    pip = f.pip_path or "not on PATH"
+    if f.pip_path:
+        pip += {
+            True: " (this kernel's Python)",
+            False: f" (runs {f.pip_python})",
+            None: " (interpreter unknown)",
+        }[f.pip_matches]
+    where = "Colab" if f.on_colab else "Kaggle" if f.on_kaggle else "neither Colab nor Kaggle"
+    return {
+        "python": f"{f.python_executable} ({f.python_version}, {f.platform})",
+        "torch": f"{f.torch_version or 'N/A'} ({build})",
+        "cuda.is_available": str(f.cuda_available)
+        + ("" if f.cuda_initialized or not f.cuda_built else " (from device_count, no context)"),
+        "devices": ", ".join(f"cuda:{d.index} {d.name or '?'}" for d in f.devices)
+        or str(f.device_count),
+        "compute capability": caps or "N/A",
+        "arch list": " ".join(f.arch_list) or "N/A",
+        "driver": driver + (f" (supports CUDA ≤ {f.driver_cuda})" if f.driver_cuda else ""),
+        "NVML GPUs": ", ".join(f.nvml_gpu_names) or ("N/A" if f.nvml_error else "none"),
+        "torch CUDA": f.torch_cuda or "N/A",
+        "cuDNN": str(f.cudnn_version) if f.cudnn_version else "N/A",
+        "CUDA_VISIBLE_DEVICES": "unset"
+        if f.cuda_visible_devices is None
+        else repr(f.cuda_visible_devices),
+        "MPS / XPU": f"{f.mps_available} / {f.xpu_available}",
+        "notebook host": where,
+        "pip": pip,
+        "nvidia-smi": f.nvidia_smi or "not on PATH",
+    }
+
+
+# repr=False: a dataclass __repr__ would win over Displayable._repr_pretty_ in IPython.
+@dataclass(frozen=True, repr=False)
+class EnvReport(Displayable):
+    """The verdict (``code``, ``headline``, ``fix``), secondary findings and the facts."""
+
+    code: str
+    headline: str
+    fix: str
+    also: tuple[str, ...]
+    facts: dict[str, str]
+    raw: EnvFacts
+
+    @property
+    def ok(self) -> bool:
+        return self.code == "ok"
+
+    @property
+    def status(self) -> str:
+        return {"ok": "OK", "cpu_only": "NO GPU"}.get(self.code, "PROBLEM")
+
+    def _color(self) -> str:
+        return {"ok": OK_COLOR, "cpu_only": WARN_COLOR}.get(self.code, ERROR_COLOR)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "headline": self.headline,
+            "fix": self.fix,
+            "also": list(self.also),
+            "facts": dict(self.facts),
+            "raw": asdict(self.raw),
+        }
+
+    def to_text(self) -> str:
+        lines = [
+            f"{self.status} [{self.code}]: {self.headline}",
+            f"fix: {self.fix}",
+        ]
+        lines += [f"also: {a}" for a in self.also]
+        table = text_table(["fact", "value"], list(self.facts.items()))
+        return "\n".join([*lines, "", table])
+
+    def to_html(self) -> str:
+        color = self._color()
+        lines = [
+            (f"{self.status} [{self.code}]: {self.headline}", color),
+            (f"fix: {self.fix}", None),
+            *((f"also: {a}", WARN_COLOR) for a in self.also),
+        ]
+        return html_block(
+            html_lines(lines), html_table(["fact", "value"], list(self.facts.items()))
+        )
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table("fact", "value", box=None, show_edge=False, pad_edge=False)
+        for key, value in self.facts.items():
+            table.add_row(key, value)
+        style = {"ok": "green", "cpu_only": "yellow"}.get(self.code, "bold red")
+        parts: list[Any] = [
+            Text(f"{self.status} [{self.code}]: {self.headline}", style=style),
+            Text(f"fix: {self.fix}"),
+            *(Text(f"also: {a}", style="yellow") for a in self.also),
+            table,
+        ]
+        return Group(*parts)
+
+
+def check_environment(*, facts: Optional[EnvFacts] = None) -> EnvReport:
+    """The verdict for this machine (or for ``facts``, when given)."""
+    facts = facts if facts is not None else collect_facts()
+    verdict, also = decide(facts)
+    return EnvReport(verdict.code, verdict.headline, verdict.fix, also, _fact_rows(facts), facts)

@@ -1,0 +1,253 @@
+"""The list of checks and the command line: ``python -m torchdevmagic.selfcheck``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from torchdevmagic._display import text_table
+from torchdevmagic.selfcheck.checks_devcheck import (
+    SCENARIOS,
+    check_devcheck_checkpoint_no_cuda,
+    check_oom,
+    devcheck_check,
+)
+from torchdevmagic.selfcheck.checks_devices import (
+    check_devices_allocator,
+    check_devices_named_bytes,
+    check_devices_no_context,
+    check_devices_no_sync,
+    check_devices_nvml,
+    check_devices_placement,
+)
+from torchdevmagic.selfcheck.checks_timing import (
+    MATMUL_SIZE,
+    check_cuda_time_agreement,
+    check_cuda_time_gpu_vs_host,
+    check_cuda_time_next_cell,
+    check_cuda_time_raise,
+    check_cuda_time_restores,
+    check_cuda_time_second_gpu,
+)
+from torchdevmagic.selfcheck.judge import (
+    AGREEMENT,
+    exit_status,
+    render_table,
+    skip_reason,
+    summary_line,
+)
+from torchdevmagic.selfcheck.records import (
+    Check,
+    CheckResult,
+    Context,
+)
+from torchdevmagic.selfcheck.runner import run_checks
+
+# GPUs on which this self-check has been seen to pass in full. Empty until it has run on one:
+# until then a FAIL may be a fault of the check itself, and the output says so.
+VALIDATED_ON: tuple[str, ...] = ()
+
+
+CHECKS: tuple[Check, ...] = (
+    Check(
+        "devices.placement",
+        "%devices in a real shell: a model on cuda:0 and a batch on CPU get the right devices",
+        check_devices_placement,
+    ),
+    Check(
+        "devices.named_bytes",
+        "named bytes on the GPU equal the bytes of the tensors' storages",
+        check_devices_named_bytes,
+    ),
+    Check(
+        "devices.allocator",
+        "allocator read and consistent: named ≤ allocated ≤ reserved",
+        check_devices_allocator,
+    ),
+    Check(
+        "devices.nvml",
+        "NVML read and consistent: reserved ≤ NVML used ≤ NVML total",
+        check_devices_nvml,
+    ),
+    Check(
+        "devices.no_sync",
+        "%devices and %devices --env do not synchronise (sync debug mode 'error')",
+        check_devices_no_sync,
+    ),
+    Check(
+        "devices.no_context",
+        "in a fresh process, %devices and scan() create no CUDA context",
+        check_devices_no_context,
+    ),
+    Check(
+        "cuda_time.agreement",
+        f"{MATMUL_SIZE}² bf16 matmul: %%cuda_time within {AGREEMENT:.0%} of events and "
+        "torch.utils.benchmark (medians)",
+        check_cuda_time_agreement,
+    ),
+    Check(
+        "cuda_time.gpu_vs_host",
+        "GPU time of the matmul exceeds its host enqueue time",
+        check_cuda_time_gpu_vs_host,
+    ),
+    Check(
+        "cuda_time.next_cell",
+        "the next cell reads the correct result (the stream join works)",
+        check_cuda_time_next_cell,
+    ),
+    Check(
+        "cuda_time.restores",
+        "current device and stream restored (default stream, user stream, --stream current)",
+        check_cuda_time_restores,
+    ),
+    Check(
+        "cuda_time.raise",
+        "a cell that raises keeps its exception and restores device and stream",
+        check_cuda_time_raise,
+    ),
+    Check(
+        "cuda_time.second_gpu",
+        "--device cuda:1 times on the second GPU and restores the current device",
+        check_cuda_time_second_gpu,
+        gpus=2,
+    ),
+    *(
+        Check(
+            f"devcheck.{s.name}",
+            f"%%devcheck names {', '.join(s.culprits)} and its fix makes the cell run",
+            devcheck_check(s),
+        )
+        for s in SCENARIOS
+    ),
+    Check(
+        "devcheck.checkpoint_no_cuda",
+        "a CUDA checkpoint loaded where CUDA is hidden: the map_location fix makes it load",
+        check_devcheck_checkpoint_no_cuda,
+    ),
+    Check(
+        "oom.explained_released",
+        "a real OOM names the biggest variables; memory returns to baseline after del",
+        check_oom,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Machine:
+    torch: Any
+    torch_version: Optional[str]
+    gpu_count: int
+    gpu_names: tuple[str, ...]
+    skip: Optional[str]
+
+
+def inspect_machine() -> Machine:
+    """torch, the CUDA devices and why the GPU checks would SKIP (environment verdict)."""
+    try:
+        import torch
+    except Exception:
+        return Machine(
+            None,
+            None,
+            0,
+            (),
+            skip_reason(torch_version=None, cuda_built=False, cuda_available=False, device_count=0),
+        )
+    # ROCm builds answer through torch.cuda too (NVML does not apply there: that check SKIPs).
+    built = bool(torch.version.cuda or getattr(torch.version, "hip", None))
+    available = bool(torch.cuda.is_available()) if built else False
+    count = int(torch.cuda.device_count()) if available else 0
+    headline = None
+    if built and not available:
+        from torchdevmagic.env import check_environment
+
+        with contextlib.suppress(Exception):
+            headline = check_environment().headline
+    reason = skip_reason(
+        torch_version=str(torch.__version__),
+        cuda_built=built,
+        cuda_available=available,
+        device_count=count,
+        env_headline=headline,
+    )
+    names = tuple(str(torch.cuda.get_device_name(i)) for i in range(count)) if not reason else ()
+    return Machine(torch, str(torch.__version__), count, names, reason)
+
+
+def validation_note(validated_on: Sequence[str] = VALIDATED_ON) -> str:
+    if not validated_on:
+        return (
+            "note: this self-check has not yet been run on a GPU by its authors; a FAIL may be "
+            "a fault of the check itself: please report the table (--json) with it"
+        )
+    return "self-check seen passing on: " + ", ".join(validated_on)
+
+
+def header_line(machine: Machine) -> str:
+    from torchdevmagic import __version__
+
+    where = ", ".join(machine.gpu_names) if machine.gpu_names else (machine.skip or "no GPU")
+    return (
+        f"torchdevmagic {__version__} self-check · torch {machine.torch_version} · "
+        f"Python {platform.python_version()} · {where}"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m torchdevmagic.selfcheck",
+        description="Prove the CUDA paths of %devices, %%cuda_time and %%devcheck on this "
+        "machine's GPU. Without a GPU every check is SKIP (exit 0); exit 1 if any check fails.",
+    )
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument(
+        "--quick", action="store_true", help="fewer timing repeats and a shorter benchmark"
+    )
+    p.add_argument("--only", metavar="TEXT", help="run only checks whose name contains TEXT")
+    p.add_argument("--list", action="store_true", help="list the checks and what each proves")
+    return p
+
+
+def to_json(machine: Machine, results: Sequence[CheckResult], seconds: float) -> dict[str, Any]:
+    from torchdevmagic import __version__
+
+    return {
+        "torchdevmagic": __version__,
+        "torch": machine.torch_version,
+        "python": platform.python_version(),
+        "gpus": list(machine.gpu_names),
+        "skip_reason": machine.skip,
+        "validated_on": list(VALIDATED_ON),
+        "seconds": round(seconds, 3),
+        "exit_status": exit_status(results),
+        "results": [asdict(r) for r in results],
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    checks = [c for c in CHECKS if not args.only or args.only in c.name]
+    if args.list:
+        print(text_table(("check", "proves"), [(c.name, c.proves) for c in checks]))
+        return 0
+    t0 = time.perf_counter()
+    machine = inspect_machine()
+    print(header_line(machine))
+    print(validation_note(), flush=True)
+    with tempfile.TemporaryDirectory(prefix="tdm-selfcheck-") as tmp:
+        ctx = Context(machine.torch, quick=args.quick, tmpdir=tmp)
+        results = run_checks(checks, ctx, gpu_count=machine.gpu_count, base_skip=machine.skip)
+    seconds = time.perf_counter() - t0
+    print(render_table(results))
+    print(summary_line(results, seconds))
+    if args.json:
+        Path(args.json).write_text(json.dumps(to_json(machine, results, seconds), indent=2) + "\n")
+    return exit_status(results)

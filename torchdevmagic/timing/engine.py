@@ -1,0 +1,288 @@
+"""The timing engine: plan (everything that can refuse), then run on the device or the host.
+
+The stream discipline is in the package docstring (:mod:`torchdevmagic.timing`)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from torchdevmagic._device import Device
+from torchdevmagic._format import plural
+from torchdevmagic.timing.backends import Backend, default_backend
+from torchdevmagic.timing.result import TimingResult
+from torchdevmagic.timing.verdict import Samples
+
+STREAM_MODES = ("dedicated", "current")
+
+
+class CaptureInProgress(RuntimeError):
+    """A CUDA graph is being captured on the current stream: events cannot be timed there."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Validated options and the resolved device: what :meth:`Timer.run` will do."""
+
+    backend: Optional[Backend]  # None: host clock
+    index: int
+    device: str
+    stream: Optional[str]
+    n: int
+    r: int
+    warmup: int
+    note: Optional[str] = None
+
+
+@dataclass
+class Measurement:
+    """The result, the code's last return value, and the exception it raised (if any)."""
+
+    result: TimingResult
+    value: Any = None
+    error: Optional[Exception] = None
+
+
+_TIMING_TYPES = ("cuda", "xpu", "mps", "cpu")
+
+
+def parse_device(device: Optional[str]) -> tuple[Optional[str], Optional[int]]:
+    """``"cuda:1" -> ("cuda", 1)``; ``None`` or ``""`` -> ``(None, None)``; ValueError otherwise."""
+    if device is None or device == "":
+        return None, None
+    parsed = Device.parse(device, known=_TIMING_TYPES)
+    return parsed.type, parsed.index
+
+
+def source_key(source: str, device: str) -> str:
+    return hashlib.sha1(f"{device}\0{source}".encode()).hexdigest()
+
+
+class Timer:
+    """The timing engine. Keeps the per-device streams (via the backend) and the cold set.
+
+    ``backend``: one accelerator backend (tests inject a fake); ``None`` picks the real one
+    for the requested device on first use. ``clock``/``cpu_clock``/``sleep`` are the host's.
+    """
+
+    def __init__(
+        self,
+        backend: Optional[Backend] = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
+        sleep: Callable[[float], None] = time.sleep,
+        spin_s: float = 1e-3,
+        max_poll_s: float = 1e-3,
+    ) -> None:
+        self._injected = backend
+        self._backends: dict[Optional[str], Optional[Backend]] = {}
+        self.clock = clock
+        self.cpu_clock = cpu_clock
+        self.sleep = sleep
+        self.spin_s = spin_s
+        self.max_poll_s = max_poll_s
+        self.seen: set[str] = set()
+
+    # -- planning: everything that can refuse, before any user code runs ------------------
+
+    def plan(
+        self,
+        *,
+        n: int = 1,
+        r: int = 1,
+        warmup: int = 0,
+        device: Optional[str] = None,
+        stream: str = "dedicated",
+    ) -> Plan:
+        """Validate options and resolve the device. ValueError / CaptureInProgress refuse."""
+        if n < 1 or r < 1:
+            raise ValueError(f"-n and -r must be at least 1 (got -n {n} -r {r})")
+        if warmup < 0:
+            raise ValueError(f"-w must be 0 or more (got {warmup})")
+        if stream not in STREAM_MODES:
+            raise ValueError(f"--stream must be one of {', '.join(STREAM_MODES)} (got {stream!r})")
+        kind, index = parse_device(device)
+        if kind == "cpu":
+            return Plan(None, 0, "cpu", None, n, r, warmup)
+        backend = self._backend_for(kind)
+        if backend is None:
+            return Plan(None, 0, "cpu", None, n, r, warmup, note=self._no_device_note(kind))
+        count = backend.device_count()
+        if index is None:
+            index = backend.current_device()
+        elif index >= count:
+            what = plural(count, backend.kind + " device")
+            raise ValueError(f"{backend.kind}:{index} does not exist ({what})")
+        if backend.is_capturing():
+            raise CaptureInProgress(
+                "a CUDA graph is being captured on the current stream; time outside the capture"
+            )
+        name = backend.kind if backend.kind == "mps" else f"{backend.kind}:{index}"
+        mode = stream if backend.has_streams else "default"
+        return Plan(backend, index, name, mode, n, r, warmup)
+
+    def _backend_for(self, kind: Optional[str]) -> Optional[Backend]:
+        if self._injected is not None:
+            ok = (kind is None or kind == self._injected.kind) and self._injected.is_available()
+            return self._injected if ok else None
+        if kind not in self._backends:
+            self._backends[kind] = default_backend(kind)
+        return self._backends[kind]
+
+    @staticmethod
+    def _no_device_note(kind: Optional[str]) -> str:
+        what = (kind or "CUDA").upper() if kind != "mps" else "MPS"
+        version = ""
+        try:
+            from torchdevmagic._torch import torch_if_imported
+
+            torch = torch_if_imported()
+            version = f" (torch {torch.__version__})" if torch is not None else ""
+        except Exception:
+            pass
+        return f"no {what} device{version}: timing on the host clock (wall + process CPU time)"
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self, plan: Plan, fn: Callable[[], Any], key: Optional[str] = None) -> Measurement:
+        """Run ``fn`` as planned. The code's exception is returned in ``error``, not raised
+        (so the caller can show what was measured first); KeyboardInterrupt propagates."""
+        cold = plan.warmup == 0 and key is not None and key not in self.seen
+        if key is not None:
+            self.seen.add(key)
+        if plan.backend is None:
+            m = self._run_host(plan, fn)
+        else:
+            m = self._run_device(plan, plan.backend, fn)
+        m.result.cold = cold
+        return m
+
+    def measure(
+        self,
+        fn: Callable[[], Any],
+        *,
+        n: int = 1,
+        r: int = 1,
+        warmup: int = 0,
+        device: Optional[str] = None,
+        stream: str = "dedicated",
+        key: Optional[str] = None,
+    ) -> Measurement:
+        plan = self.plan(n=n, r=r, warmup=warmup, device=device, stream=stream)
+        return self.run(plan, fn, key=source_key(key, plan.device) if key else None)
+
+    def _call(self, fn: Callable[[], Any], times: int) -> tuple[Any, Optional[Exception], int]:
+        """Call ``fn`` up to ``times`` times; stop at the first exception."""
+        __tracebackhide__ = True  # IPython leaves this frame out of the user's traceback
+        value = None
+        for done in range(times):
+            try:
+                value = fn()
+            except Exception as exc:
+                return None, exc, done + 1
+        return value, None, times
+
+    def _run_host(self, plan: Plan, fn: Callable[[], Any]) -> Measurement:
+        acc = Samples()
+        if plan.warmup:
+            acc.value, acc.error, _ = self._call(fn, plan.warmup)
+        for _ in range(plan.r if acc.error is None else 0):
+            c0 = self.cpu_clock()
+            t0 = self.clock()
+            acc.value, acc.error, done = self._call(fn, plan.n)
+            t1 = self.clock()
+            c1 = self.cpu_clock()
+            acc.add(done, host=t1 - t0, wall=t1 - t0, cpu=c1 - c0)
+            if acc.error is not None:
+                break
+        result = TimingResult(device="cpu", clock="host", note=plan.note)
+        acc.fill(result, plan)
+        return Measurement(result, acc.value, acc.error)
+
+    def _wait(self, backend: Backend, event: Any) -> None:
+        """Poll the event: a blocking synchronize would not let Ctrl-C through.
+
+        Spin for the first ``spin_s`` (a Python loop still sees Ctrl-C), then sleep for a
+        fiftieth of the time waited so far (at most ``max_poll_s``): the wall figure then
+        overshoots by about 2 % plus the OS's sleep granularity, without burning a core.
+        """
+        began: Optional[float] = None
+        while not backend.query(event):
+            now = self.clock()
+            began = now if began is None else began
+            waited = now - began
+            if waited >= self.spin_s:
+                self.sleep(min(self.max_poll_s, waited / 50))
+
+    def _run_device(self, plan: Plan, b: Backend, fn: Callable[[], Any]) -> Measurement:
+        # Events exist before the timed region: creating them inside would be timed too.
+        pairs = [(b.new_event(), b.new_event()) for _ in range(plan.r)]
+        warm_done = b.new_event() if plan.warmup else None
+        acc = Samples()
+        previous_device = b.current_device()
+        switch = previous_device != plan.index
+        if switch:
+            b.set_device(plan.index)
+        try:
+            p = b.current_stream(plan.index)
+            separate = plan.stream == "dedicated" and b.has_streams
+            s = b.timed_stream(plan.index) if separate else p
+            try:
+                if separate:
+                    b.wait_stream(s, p)  # start after the work already queued on p
+                    b.set_stream(s)  # the code enqueues on s
+                if warm_done is not None:
+                    acc.value, acc.error, _ = self._call(fn, plan.warmup)
+                    b.record(warm_done, s)
+                    self._wait(b, warm_done)  # timed runs start on an idle stream
+                b.reset_peak(plan.index)
+                for pair in pairs if acc.error is None else ():
+                    self._timed_repeat(plan, b, fn, stream=s, events=pair, acc=acc)
+                    if acc.error is not None:
+                        break
+            finally:
+                if separate:
+                    b.wait_stream(p, s)  # later work on p sees the cell's results
+                    b.set_stream(p)
+        finally:
+            if switch:
+                b.set_device(previous_device)
+        result = TimingResult(
+            device=plan.device,
+            device_name=b.device_name(plan.index),
+            clock="events",
+            stream=plan.stream,
+            peak_bytes=b.peak_bytes(plan.index) if acc.walls else None,
+        )
+        acc.fill(result, plan)
+        return Measurement(result, acc.value, acc.error)
+
+    def _timed_repeat(
+        self,
+        plan: Plan,
+        b: Backend,
+        fn: Callable[[], Any],
+        *,
+        stream: Any,
+        events: tuple[Any, Any],
+        acc: Samples,
+    ) -> None:
+        start, end = events
+        c0 = self.cpu_clock()
+        t0 = self.clock()
+        b.record(start, stream)
+        try:
+            # Only the code itself: our own polling must not count as the cell's syncs.
+            with b.sync_counter() as counter:
+                acc.value, acc.error, done = self._call(fn, plan.n)
+        finally:
+            b.record(end, stream)  # also on Ctrl-C: nothing may stay unbracketed
+        acc.add_syncs(counter.count)
+        t1 = self.clock()
+        c1 = self.cpu_clock()
+        self._wait(b, end)
+        t2 = self.clock()
+        acc.add(done, host=t1 - t0, wall=t2 - t0, cpu=c1 - c0, gpu_ms=b.elapsed_ms(start, end))

@@ -1,0 +1,107 @@
+"""``TimingResult``: what one timed cell measured, and its one-line text and HTML forms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from torchdevmagic._display import MUTED_STYLE, WARN_COLOR, Displayable, esc, html_block
+from torchdevmagic._format import format_bytes, format_ms, plural
+
+_SEP = " · "
+
+
+@dataclass
+class TimingResult(Displayable):
+    """What one ``%%cuda_time`` / :func:`cuda_time` measured. Times are per run, in ms.
+
+    In benchmark mode (``n * r > 1``) ``gpu_ms``/``host_ms``/``wall_ms`` are medians over
+    the repeats, the ``*_samples_ms`` lists hold one per-run figure per repeat, and
+    ``mean_ms``/``std_ms``/``median_ms``/``min_ms`` summarise the primary clock (GPU events
+    where there are any, else wall).
+    """
+
+    device: str  # "cuda:0", "xpu:0", "mps", "cpu"
+    device_name: Optional[str] = None
+    clock: str = "host"  # "events" or "host"
+    stream: Optional[str] = None  # "dedicated", "current", "default" (MPS); None on the host
+    gpu_ms: Optional[float] = None
+    host_ms: Optional[float] = None  # Python's time to run (enqueue) the code
+    wall_ms: Optional[float] = None  # until the device finished
+    cpu_ms: Optional[float] = None  # process CPU time
+    gpu_samples_ms: list[float] = field(default_factory=list)
+    host_samples_ms: list[float] = field(default_factory=list)
+    wall_samples_ms: list[float] = field(default_factory=list)
+    mean_ms: Optional[float] = None
+    std_ms: Optional[float] = None
+    median_ms: Optional[float] = None
+    min_ms: Optional[float] = None
+    runs: int = 1  # -n
+    repeats: int = 1  # -r
+    warmup: int = 0
+    cold: bool = False
+    peak_bytes: Optional[int] = None
+    syncs: Optional[int] = None  # host syncs during the timed runs; None: not counted
+    verdict: Optional[str] = None
+    note: Optional[str] = None  # e.g. why the host clock was used
+    error: Optional[str] = None  # exception type name when the code raised
+
+    # The dataclass __repr__ would win IPython's pretty-printer lookup; the text form reads better.
+    _repr_pretty_ = Displayable._repr_pretty_
+
+    @property
+    def benchmark(self) -> bool:
+        return self.runs * self.repeats > 1
+
+    def _time_parts(self) -> list[str]:
+        parts = []
+        if self.clock == "events":
+            parts.append("GPU " + self._primary_text(self.gpu_ms))
+            parts.append(f"host {format_ms(self.host_ms)}")
+            parts.append(f"wall {format_ms(self.wall_ms)}")
+        else:
+            parts.append("wall " + self._primary_text(self.wall_ms))
+            parts.append(f"CPU {format_ms(self.cpu_ms)}")
+        return parts
+
+    def _primary_text(self, single: Optional[float]) -> str:
+        if not self.benchmark:
+            return format_ms(single)
+        return (
+            f"{format_ms(self.mean_ms)} ± {format_ms(self.std_ms)} per run "
+            f"(mean ± std of {plural(self.repeats, 'repeat')} × {plural(self.runs, 'run')}; "
+            f"median {format_ms(self.median_ms)}, min {format_ms(self.min_ms)})"
+        )
+
+    def line(self) -> str:
+        """The one-line summary (without the note line)."""
+        head = self.device + (f" ({self.device_name})" if self.device_name else "")
+        parts = [head, *self._time_parts()]
+        if self.peak_bytes is not None:
+            parts.append(f"peak {format_bytes(self.peak_bytes)}")
+        parts.append(f"{self.stream} stream" if self.stream else "host clock")
+        if self.warmup:
+            parts.append(f"{plural(self.warmup, 'warm-up run')}")
+        if self.cold:
+            parts.append(
+                "cold (first run of this cell)"
+                if not self.benchmark
+                else "cold (first run of this cell: the first sample includes start-up; use -w 1)"
+            )
+        if self.verdict:
+            parts.append(self.verdict)
+        if self.error:
+            parts.append(f"stopped by {self.error}")
+        return _SEP.join(parts)
+
+    def to_text(self) -> str:
+        return (self.note + "\n" if self.note else "") + self.line()
+
+    def to_html(self) -> str:
+        style = "margin:1px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px"
+        note = f'<div style="{style};{MUTED_STYLE}">{esc(self.note)}</div>' if self.note else ""
+        text = esc(self.line())
+        if self.verdict:  # colour the verdict only: it is the part that asks for action
+            plain = esc(self.verdict)
+            text = text.replace(plain, f'<span style="color:{WARN_COLOR}">{plain}</span>', 1)
+        return html_block(note, f'<div style="{style}">{text}</div>')
