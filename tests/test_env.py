@@ -316,6 +316,7 @@ def test_real_machine_verdict() -> None:
         assert torch.backends.mps.is_available() or report.code == "cpu_only"
 
 
+@pytest.mark.slow
 def test_collecting_facts_does_not_initialise_cuda() -> None:
     code = textwrap.dedent(
         """

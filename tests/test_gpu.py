@@ -249,6 +249,7 @@ def test_real_machine_without_gpu() -> None:
     assert torch.cuda.is_initialized() is False or torch.cuda.is_available()
 
 
+@pytest.mark.slow
 def test_real_default_does_not_import_torch_or_init_cuda() -> None:
     code = textwrap.dedent(
         """

@@ -36,7 +36,7 @@ GENERATOR = ROOT / "notebooks" / "make_quickstart.py"
 PROBE = Path(__file__).parent / "data" / "page_probe.js"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 
 
 # ------------------------------------------------------------------------------ the kernel

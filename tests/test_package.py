@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 import torchdevmagic
 from torchdevmagic.magics import MAGIC_CLASSES
 
 
+@pytest.mark.slow
 def test_import_pulls_in_nothing_heavy() -> None:
     code = textwrap.dedent(
         """
@@ -56,6 +61,7 @@ def test_load_unload_reload_are_symmetric(_ipython: Any) -> None:
     assert _our_magics(shell) == set()
 
 
+@pytest.mark.slow
 def test_extension_loads_from_ipython_configuration(tmp_path: Any) -> None:
     """c.InteractiveShellApp.extensions = ["torchdevmagic"] in a profile loads it."""
     profile = tmp_path / "profile_tdm"
@@ -78,6 +84,7 @@ def test_extension_loads_from_ipython_configuration(tmp_path: Any) -> None:
     assert "x     Tensor  cpu     float32  [3]" in out.stdout
 
 
+@pytest.mark.slow
 def test_public_names_survive_importing_every_submodule() -> None:
     """A submodule named like a public function would replace it on the package once
     imported (``torchdevmagic.scan`` the module instead of ``scan()`` the function)."""
@@ -95,3 +102,14 @@ def test_public_names_survive_importing_every_submodule() -> None:
     kinds = json.loads(out.stdout.strip().splitlines()[-1])
     assert "module" not in kinds.values(), kinds
     assert kinds["scan"] == "function" and kinds["diagnose"] == "function"
+
+
+def test_readme_links_work_on_a_package_index_page() -> None:
+    """The README is the project's page on a package index, where a link relative to the
+    repository (docs/env.md) leads nowhere: every link is absolute or an in-page anchor."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s]+)", readme) + re.findall(
+        r"<(?:a|img)\s[^>]*?(?:href|src)=\"([^\"]+)", readme
+    )
+    relative = [t for t in targets if not re.match(r"(https?://|#)", t)]
+    assert relative == []

@@ -49,6 +49,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.skipif(_cuda(), reason="the CPU-only path; the GPU run is test_real_gpu_run")
+@pytest.mark.slow
 def test_cpu_only_run_skips_every_check_with_the_reason(tmp_path: Path) -> None:
     out_file = tmp_path / "selfcheck.json"
     out = _run_cli("--json", str(out_file))
@@ -80,6 +81,7 @@ def test_cpu_only_run_skips_every_check_with_the_reason(tmp_path: Path) -> None:
     assert all(r["reason"] and r["figure"] == "" for r in data["results"])
 
 
+@pytest.mark.slow
 def test_list_and_only() -> None:
     out = _run_cli("--list", "--only", "cuda_time.")
     assert out.returncode == 0, out.stderr
@@ -88,6 +90,7 @@ def test_list_and_only() -> None:
     assert len(names) == 6
 
 
+@pytest.mark.slow
 def test_bad_option_exits_2() -> None:
     out = _run_cli("--no-such-option")
     assert out.returncode == 2 and "usage:" in out.stderr
@@ -423,6 +426,7 @@ def test_a_failing_cell_inside_a_check_is_a_fail(shell: Any, tmp_path: Path) -> 
     assert "Traceback" in result.output or "RuntimeError" in result.output
 
 
+@pytest.mark.slow
 def test_no_context_check_runs_its_subprocess(tmp_path: Path) -> None:
     """The fresh-process script is real code: run it here (no GPU rows, no context)."""
     torch = pytest.importorskip("torch")
@@ -432,6 +436,7 @@ def test_no_context_check_runs_its_subprocess(tmp_path: Path) -> None:
     assert outcome.figure.startswith(f"is_initialized False -> False, {count} GPU rows of {count}")
 
 
+@pytest.mark.slow
 def test_no_cuda_load_script_with_a_checkpoint_tagged_cuda(tmp_path: Path) -> None:
     """The subprocess half of devcheck.checkpoint_no_cuda, run here: a checkpoint whose storages
     are tagged "cuda:0" by torch's own location-tagger hook (a real CUDA checkpoint needs a GPU
