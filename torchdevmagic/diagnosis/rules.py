@@ -194,7 +194,10 @@ def same_device_got_is_on(m: re.Match[str]) -> Match:
 
 
 @_regex_rule(
-    r"(\w+): expected '(\w+)' to be (CUDA|CPU|a CPU tensor), but got (CPU|CUDA|tensor on \S+)"
+    # (?<!\w): the op name starts a word. Without it every position inside a long run of word
+    # characters restarts \w+ and backtracks over the rest of the run: O(n^2) (issue 18).
+    r"(?<!\w)(\w+): expected '(\w+)' to be (CUDA|CPU|a CPU tensor), but got "
+    r"(CPU|CUDA|tensor on \S+)"
 )
 def per_op_expected(m: re.Match[str]) -> Match:
     """Sparse/BLAS per-op checks: ``addmm: expected 'mat2' to be CUDA, but got CPU``."""
@@ -242,7 +245,7 @@ def not_on_expected_device(m: re.Match[str]) -> Match:
 
 
 @_regex_rule(
-    r"(\w+)\(\): self, index and source expected to be in the same device, but got "
+    r"(?<!\w)(\w+)\(\): self, index and source expected to be in the same device, but got "
     r"\(self\) (\S+), \(index\) (\S+), and \(source\) (\S+)"
 )
 def index_add_copy_device(m: re.Match[str]) -> Match:
@@ -263,7 +266,7 @@ def index_add_copy_device(m: re.Match[str]) -> Match:
     )
 
 
-@_regex_rule(r"Input type \(([^)]+)\) and (weight|bias) type \(([^)]+)\) should be the same")
+@_regex_rule(r"Input type \(([^()]+)\) and (weight|bias) type \(([^()]+)\) should be the same")
 def conv_input_weight_type(m: re.Match[str]) -> Match:
     """Convolution: a device mismatch when only one type says ``.cuda.``, else dtypes."""
     in_type, which, w_type = m.group(1), m.group(2), m.group(3)
@@ -662,9 +665,25 @@ def error_text(exc: BaseException) -> str:
     return ""
 
 
-def match_message(text: str) -> Optional[Match]:
-    """The first rule that recognises ``text`` (after stripping wrapper headers)."""
-    text = strip_wrappers(text)
+# The most of a message the rules read: its head (PyTorch's own message, a wrapper header) and
+# its tail (the worker's real message under a wrapper's traceback). Every rule is linear, and
+# one search over this much takes well under a millisecond, so the analysis is bounded and a
+# Ctrl-C lands between two searches (Python's re does not check signals inside one).
+MESSAGE_LIMIT = 32_768
+
+
+def capped(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` when it is at most ``limit`` characters, else its head and tail halves."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n{text[-half:]}"
+
+
+def match_message(text: str, limit: Optional[int] = MESSAGE_LIMIT) -> Optional[Match]:
+    """The first rule that recognises ``text`` (after stripping wrapper headers). Reads at most
+    ``limit`` characters (``None``: all of it, for the linearity test)."""
+    text = strip_wrappers(text if limit is None else capped(text, limit))
     for r in RULES:
         found = r(text)
         if found is not None:
