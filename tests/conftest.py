@@ -46,6 +46,30 @@ def _meta_index_checked() -> bool:
     return False
 
 
+def _module_to_swaps_parameters() -> bool:
+    """Whether nn.Module.to() swaps parameters in place (torch.utils.swap_tensors, 2.3+): on
+    older torch it makes new Parameters, so an optimizer built before .to("cuda") under
+    emulation keeps the old CPU ones."""
+    try:
+        import torch
+
+        from torchdevmagic.emulate import emulate_cuda
+
+        with emulate_cuda():
+            model = torch.nn.Linear(2, 2)
+            weight = model.weight
+            model.to("cuda")
+            return model.weight is weight and model.weight.device.type == "cuda"
+    except Exception:
+        return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "emulate_swap: needs nn.Module.to to keep Parameter identity (torch 2.3+)"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip, with the reason, the tests this machine or this torch cannot run: ``cuda``
     tests without a GPU; on old torch (2.1), the two stand-ins for a GPU that it lacks."""
@@ -67,6 +91,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "meta_index_check": (
             _meta_index_checked,
             f"torch {torch_version} does not reject a cpu index into meta tensors",
+        ),
+        "emulate_swap": (
+            _module_to_swaps_parameters,
+            f"torch {torch_version}: nn.Module.to makes new Parameters under emulation "
+            "(no torch.utils.swap_tensors), so optimizers keep the old ones",
         ),
     }
     for marker, (works, reason) in skips.items():

@@ -1,0 +1,292 @@
+"""The emulated GPU's engine: placement, real values, autograd, optimizers, torch.cuda
+stand-ins, checkpoints, limits, and leaving torch exactly as it was."""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from torchdevmagic.emulate import emulate_cuda, start, stop  # noqa: E402
+
+
+@pytest.fixture
+def emu() -> Any:
+    with emulate_cuda(devices=2) as session:
+        yield session
+
+
+def _touched_modules() -> list[Any]:
+    import torch.nn.parallel._functions
+    import torch.nn.parallel.comm
+    import torch.optim.optimizer
+    import torch.serialization
+    import torch.utils._foreach_utils
+    import torch.utils.data._utils.pin_memory
+
+    mods = [
+        torch,
+        torch.cuda,
+        torch.cuda.memory,
+        torch.backends.cuda,
+        torch._utils,
+        torch.nn.parallel.comm,
+        sys.modules["torch.nn.parallel.data_parallel"],
+        torch.nn.parallel._functions,
+        torch.utils.data._utils.pin_memory,
+        torch.serialization,
+        sys.modules["torch.optim.optimizer"],
+        torch.utils._foreach_utils,
+    ]
+    for name in ("accelerator", "distributed"):
+        if hasattr(torch, name):
+            mods.append(getattr(torch, name))
+    return mods
+
+
+def _snapshot() -> dict[str, Any]:
+    snap: dict[str, Any] = {}
+    for mod in _touched_modules():
+        for key, value in list(vars(mod).items()):
+            snap[f"{mod.__name__}.{key}"] = id(value)
+            if isinstance(value, list):
+                snap[f"{mod.__name__}.{key}[]"] = [id(v) for v in value]
+    snap["mode stack"] = torch._C._len_torch_function_stack()
+    return snap
+
+
+def test_leaving_restores_every_attribute_by_identity() -> None:
+    import torch.distributed as dist
+
+    before = _snapshot()
+    originals = (torch.cuda.is_available, torch.compile, torch._utils._rebuild_tensor_v2)
+    init_pg = dist.init_process_group
+    with emulate_cuda(devices=2):
+        assert torch.cuda.is_available is not originals[0]
+        assert _snapshot() != before
+    assert _snapshot() == before
+    assert (torch.cuda.is_available, torch.compile, torch._utils._rebuild_tensor_v2) == originals
+    assert dist.init_process_group is init_pg
+    assert torch.cuda.is_available() is False
+
+
+def test_start_stop_and_refusals() -> None:
+    session = start(devices=3)
+    try:
+        assert torch.cuda.device_count() == 3
+        with pytest.raises(RuntimeError, match="already on"):
+            start()
+    finally:
+        stop()
+    stop()  # idempotent
+    assert torch.cuda.is_available() is False
+    with pytest.raises(ValueError, match="positive int"):
+        start(devices=0)
+    assert session.count == 3
+
+
+def test_cuda_face(emu: Any) -> None:
+    assert torch.cuda.is_available() and torch.cuda.device_count() == 2
+    assert "mulated" in torch.cuda.get_device_name(0)
+    for make in (
+        lambda: torch.zeros(3, device="cuda"),
+        lambda: torch.zeros(3).cuda(),
+        lambda: torch.zeros(3).to("cuda"),
+        lambda: torch.zeros(3).to(torch.device("cuda:0")),
+        lambda: torch.zeros(3).to(device=0),
+        lambda: torch.tensor([1.0, 2.0, 3.0], device=torch.device("cuda")),
+    ):
+        t = make()
+        assert t.device == torch.device("cuda", 0) and t.is_cuda and t.device.type == "cuda"
+        assert t.get_device() == 0 and "device='cuda:0'" in repr(t)
+    t1 = torch.ones(2, device="cuda:1")
+    assert t1.device.index == 1 and "device='cuda:1'" in repr(t1)
+    assert torch.zeros(2).to(t1).device == t1.device
+    assert t1.cpu().device.type == "cpu" and type(t1.cpu()) is torch.Tensor
+    assert t1.to("cpu").tolist() == [1.0, 1.0]
+    with torch.cuda.device(1):
+        assert torch.zeros(1, device="cuda").device.index == 1
+        assert torch.cuda.current_device() == 1
+    assert torch.cuda.current_device() == 0
+
+
+def test_values_equal_the_cpu_bit_for_bit(emu: Any) -> None:
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    ea, eb = a.cuda(), b.cuda()
+    for cpu, emulated in (
+        (a @ b, ea @ eb),
+        (torch.softmax(a, -1), torch.softmax(ea, -1)),
+        (a.sum(0), ea.sum(0)),
+        (a[1:, ::2], ea[1:, ::2]),
+        (torch.cat([a, a]), torch.cat([ea, ea])),
+    ):
+        assert emulated.device.type == "cuda"
+        assert torch.equal(emulated.cpu(), cpu)
+    assert ea[0, 0].item() == a[0, 0].item()
+    assert f"{ea[0, 0]:.3f}" == f"{a[0, 0]:.3f}"
+
+
+def _train(device: str, opt_cls: Any, steps: int = 4, **opt_kwargs: Any) -> list[float]:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 10)
+    ).to(device)
+    opt = opt_cls(model.parameters(), lr=1e-2, **opt_kwargs)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(4, 3, 8, 8, device=device)
+        y = torch.randint(0, 10, (4,), device=device)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize(
+    ("opt_cls", "kwargs"),
+    [(torch.optim.SGD, {"momentum": 0.9}), (torch.optim.AdamW, {})],
+)
+def test_training_loop_losses_equal_the_cpu(opt_cls: Any, kwargs: dict[str, Any]) -> None:
+    cpu = _train("cpu", opt_cls, **kwargs)
+    with emulate_cuda():
+        emulated = _train("cuda", opt_cls, **kwargs)
+    assert emulated == cpu  # bit for bit
+
+
+@pytest.mark.emulate_swap
+def test_module_to_keeps_parameter_identity_and_optimizer(emu: Any) -> None:
+    model = nn.Linear(4, 2)
+    weight = model.weight
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.to("cuda")
+    assert model.weight is weight and isinstance(model.weight, nn.Parameter)
+    assert model.weight.device.type == "cuda"
+    before = model.weight.detach().cpu().clone()
+    model(torch.randn(3, 4, device="cuda")).sum().backward()
+    assert model.weight.grad is not None and model.weight.grad.device.type == "cuda"
+    opt.step()
+    assert not torch.equal(model.weight.detach().cpu(), before)
+
+
+def test_tensors_made_inside_stay_usable_and_say_so() -> None:
+    with emulate_cuda():
+        t = torch.arange(3.0, device="cuda")
+    assert t.is_emulated and t.device.type == "cuda"
+    assert (t + 1).tolist() == [1.0, 2.0, 3.0]
+    assert "device='cuda:0'" in repr(t)
+    assert t.cpu().tolist() == [0.0, 1.0, 2.0]
+
+
+def test_memory_accounting_and_out_of_memory() -> None:
+    with emulate_cuda(memory=1 << 20):
+        assert torch.cuda.memory_allocated() == 0
+        t = torch.zeros(1000, device="cuda")
+        assert torch.cuda.memory_allocated() == 4000
+        view = t[10:]
+        assert torch.cuda.memory_allocated() == 4000  # a view holds no new storage
+        assert torch.cuda.max_memory_allocated() >= 4000
+        assert torch.cuda.memory_reserved() >= 4000
+        free, total = torch.cuda.mem_get_info()
+        assert total == 1 << 20 and free <= total - 4000
+        with pytest.raises(torch.cuda.OutOfMemoryError, match=r"^CUDA out of memory\. Tried"):
+            torch.zeros(1 << 20, device="cuda")
+        del t, view
+        assert torch.cuda.memory_allocated() == 0
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize()
+
+
+def test_streams_and_events_keep_host_time(emu: Any) -> None:
+    s = torch.cuda.Stream()
+    start_evt = torch.cuda.Event(enable_timing=True)
+    end_evt = torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(s):
+        assert torch.cuda.current_stream() is s
+        start_evt.record()
+        torch.ones(10, device="cuda").sum()
+        end_evt.record()
+    assert torch.cuda.current_stream() is not s
+    end_evt.synchronize()
+    assert end_evt.query() and start_evt.elapsed_time(end_evt) >= 0.0
+    assert s.emulated and start_evt.emulated
+
+
+def test_cuda_checkpoint_round_trip_and_load_without_emulation(emu: Any) -> None:
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(4.0, device="cuda:1")}, buf)
+    data = buf.getvalue()
+    loaded = torch.load(io.BytesIO(data))["w"]
+    assert loaded.device == torch.device("cuda", 1) and loaded.tolist() == [0, 1, 2, 3]
+    on_cpu = torch.load(io.BytesIO(data), map_location="cpu")["w"]
+    assert type(on_cpu) is torch.Tensor and on_cpu.device.type == "cpu"
+    plain = io.BytesIO()
+    torch.save(torch.ones(2), plain)
+    mapped = torch.load(io.BytesIO(plain.getvalue()), map_location="cuda")
+    assert mapped.device == torch.device("cuda", 0)
+    stop()
+    with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
+        torch.load(io.BytesIO(data))
+    assert torch.load(io.BytesIO(data), map_location="cpu")["w"].tolist() == [0, 1, 2, 3]
+
+
+def test_numpy_fails_as_on_a_gpu(emu: Any) -> None:
+    t = torch.ones(2, device="cuda")
+    msg = (
+        "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+        "to host memory first."
+    )
+    with pytest.raises(TypeError) as info:
+        t.numpy()
+    assert str(info.value) == msg
+    assert t.cpu().numpy().tolist() == [1.0, 1.0]
+
+
+def test_limits_are_one_line_errors(emu: Any) -> None:
+    from torchdevmagic.emulate import EmulationUnsupported
+
+    compiled = torch.compile(nn.Linear(2, 2).cuda())
+    with pytest.raises(EmulationUnsupported, match=r"^torch\.compile is not emulated"):
+        compiled(torch.ones(1, 2, device="cuda"))
+    import torch.distributed as dist
+
+    if dist.is_available():
+        with pytest.raises(EmulationUnsupported, match=r"^NCCL is not emulated"):
+            dist.init_process_group("nccl", rank=0, world_size=1)
+    lib = torch.library.Library("tdm_emu_test", "FRAGMENT")
+    lib.define("cuda_only(Tensor x) -> Tensor")
+    lib.impl("cuda_only", lambda x: x * 2, "CUDA")
+    with pytest.raises(EmulationUnsupported, match="has no CPU kernel") as info:
+        torch.ops.tdm_emu_test.cuda_only(torch.ones(2, device="cuda"))
+    assert "\n" not in str(info.value)
+
+
+def test_autocast_and_grad_scaler_run(emu: Any) -> None:
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(
+        "aten::_amp_update_scale_", "CPU"
+    ):  # GradScaler's two ops run on the CPU tensors
+        pytest.skip(f"torch {torch.__version__} has no CPU kernel for GradScaler's ops")
+    model = nn.Linear(3, 1).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda"):
+        loss = model(torch.randn(4, 3, device="cuda")).sum()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() > 0
+
+
+def test_data_parallel_runs_once_the_model_is_on_cuda0(emu: Any) -> None:
+    dp = nn.DataParallel(nn.Linear(3, 2).to("cuda:0"))
+    out = dp(torch.randn(4, 3))
+    assert out.device == torch.device("cuda", 0) and out.shape == (4, 2)
+    out.sum().backward()
+    assert dp.module.weight.grad is not None

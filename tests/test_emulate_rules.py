@@ -1,0 +1,232 @@
+"""Fail exactly where CUDA fails, and nowhere else: each op family's device check, read from
+torch's sources (torchgen's dispatcher check, TensorIterator::compute_types, indexing's
+check_indices_on_cpu_or_selfdevice, Convolution.cpp's type check, RNN.cpp's
+check_attributes), with the mixes CUDA allows tested next to the ones it refuses."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+from torchdevmagic.emulate import _rules, emulate_cuda  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def emu() -> Any:
+    with emulate_cuda(devices=2) as session:
+        yield session
+
+
+def got(name: str, arg: str, common: str, method: str) -> str:
+    return _rules.dispatcher_error(torch.device(common), torch.device(arg), name, method)
+
+
+ITER = "Expected all tensors to be on the same device, but found at least two devices, {} and {}!"
+
+
+def raises(fn: Callable[[], Any], exc: type, message: str) -> None:
+    with pytest.raises(exc) as info:
+        fn()
+    assert str(info.value) == message
+
+
+def test_dispatcher_message_is_this_torch_s() -> None:
+    text = got("index", "cpu", "cuda:0", "wrapper_CUDA__index_select")
+    if _rules._TORCH_2_8:
+        assert text == (
+            "Expected all tensors to be on the same device, but got index is on cpu, different "
+            "from other tensors on cuda:0 (when checking argument in method "
+            "wrapper_CUDA__index_select)"
+        )
+    else:
+        assert "found at least two devices, cuda:0 and cpu!" in text
+
+
+# -- TensorIterator: one 0-dim CPU input allowed --------------------------------------------
+def test_elementwise_refuses_a_cpu_tensor_either_side() -> None:
+    x = torch.randn(3, device="cuda")
+    raises(lambda: x + torch.randn(3), RuntimeError, ITER.format("cuda:0", "cpu"))
+    raises(lambda: torch.randn(3) * x, RuntimeError, ITER.format("cuda:0", "cpu"))
+    raises(lambda: torch.randn(3).add_(x), RuntimeError, ITER.format("cuda:0", "cpu"))
+    raises(lambda: x + x.to("cuda:1"), RuntimeError, ITER.format("cuda:0", "cuda:1"))
+    raises(
+        lambda: x + torch.tensor(1.0, device="cuda:1"),
+        RuntimeError,
+        ITER.format("cuda:0", "cuda:1"),
+    )
+
+
+def test_elementwise_allows_zero_dim_cpu_tensors() -> None:
+    x = torch.randn(3, device="cuda")
+    two = torch.tensor(2.0)
+    for result in (
+        x * two,
+        two * x,
+        x.add_(two),
+        torch.where(x > 0, torch.tensor(1.0), torch.tensor(0.0)),
+        x.masked_fill(x > 0, torch.tensor(0.0)),
+        torch.clamp(x, min=-1.0, max=1.0),
+    ):
+        assert result.device == torch.device("cuda", 0)
+    assert torch.equal((x * two).cpu(), x.cpu() * 2)
+
+
+def test_ops_checked_by_the_dispatcher_refuse_zero_dim_cpu_too() -> None:
+    a = torch.randn(2, 2, device="cuda")
+    raises(
+        lambda: torch.addmm(torch.tensor(1.0), a, a),
+        RuntimeError,
+        got("mat1", "cuda:0", "cpu", "wrapper_CUDA_addmm"),
+    )
+    raises(
+        lambda: a @ torch.randn(2, 2), RuntimeError, got("mat2", "cpu", "cuda:0", "wrapper_CUDA_mm")
+    )
+    raises(
+        lambda: torch.cat([a, torch.randn(1, 2)]),
+        RuntimeError,
+        got("tensors", "cpu", "cuda:0", "wrapper_CUDA_cat"),
+    )
+
+
+def test_linear_with_the_input_left_on_the_cpu() -> None:
+    layer = nn.Linear(4, 2).cuda()
+    raises(
+        lambda: layer(torch.randn(3, 4)),
+        RuntimeError,
+        got("mat1", "cpu", "cuda:0", "wrapper_CUDA_addmm"),
+    )
+
+
+# -- indexing ---------------------------------------------------------------------------------
+def test_index_select_gather_embedding_refuse_a_cpu_index() -> None:
+    x = torch.randn(5, 3, device="cuda")
+    index = torch.tensor([0, 1])
+    raises(
+        lambda: x.index_select(0, index),
+        RuntimeError,
+        got("index", "cpu", "cuda:0", "wrapper_CUDA__index_select"),
+    )
+    raises(
+        lambda: x.gather(0, torch.zeros(2, 3, dtype=torch.long)),
+        RuntimeError,
+        got("index", "cpu", "cuda:0", "wrapper_CUDA_gather"),
+    )
+    emb = nn.Embedding(10, 4).cuda()
+    raises(
+        lambda: emb(index),
+        RuntimeError,
+        got("index", "cpu", "cuda:0", "wrapper_CUDA__index_select"),
+    )
+    assert emb(index.cuda()).device.type == "cuda"
+
+
+def test_advanced_indexing_allows_cpu_indices_refuses_other_gpus() -> None:
+    x = torch.randn(5, 3, device="cuda")
+    assert x[torch.tensor([0, 2])].shape == (2, 3)
+    assert x[torch.ones(5, dtype=torch.bool)].shape == (5, 3)
+    x[torch.tensor([0, 1])] = torch.tensor(0.0)
+    raises(
+        lambda: x[torch.tensor([0], device="cuda:1")],
+        IndexError,
+        "indices should be either on cpu or on the same device as the indexed tensor (cuda:0)",
+    )
+    table = torch.randn(10)  # a CPU schedule table indexed with GPU timesteps
+    raises(
+        lambda: table[torch.tensor([1, 2], device="cuda")],
+        IndexError,
+        "indices should be either on cpu or on the same device as the indexed tensor (cpu)",
+    )
+
+
+# -- copies cross devices by design ----------------------------------------------------------
+def test_copies_between_devices_are_allowed() -> None:
+    x = torch.randn(3, device="cuda")
+    host = torch.empty(3)
+    host.copy_(x)
+    assert type(host) is torch.Tensor and torch.equal(host, x.cpu())
+    x.copy_(torch.ones(3))
+    assert x.cpu().tolist() == [1.0, 1.0, 1.0]
+    assert x.to("cuda:1").device.index == 1
+
+
+# -- convolution and RNNs --------------------------------------------------------------------
+def test_conv_type_checks() -> None:
+    conv = nn.Conv2d(3, 4, 3).cuda()
+    raises(
+        lambda: conv(torch.randn(1, 3, 8, 8)),  # small: torch picks the slow CPU backend
+        RuntimeError,
+        "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be "
+        "the same",
+    )
+    raises(
+        lambda: conv(torch.randn(8, 3, 64, 64)),  # mkldnn backend: its longer message
+        RuntimeError,
+        "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the "
+        "same or input should be a MKLDNN tensor and weight is a dense tensor",
+    )
+    raises(
+        lambda: nn.Conv2d(3, 4, 3)(torch.randn(1, 3, 8, 8, device="cuda")),
+        RuntimeError,
+        "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be "
+        "the same",
+    )
+    conv.bias = nn.Parameter(torch.zeros(4))
+    raises(
+        lambda: conv(torch.randn(1, 3, 8, 8, device="cuda")),
+        RuntimeError,
+        "Input type (torch.cuda.FloatTensor) and bias type (torch.FloatTensor) should be the same",
+    )
+    raises(
+        lambda: nn.Conv2d(3, 4, 3).cuda()(torch.randn(1, 3, 8, 8, device="cuda:1")),
+        RuntimeError,
+        got("weight", "cuda:0", "cuda:1", "wrapper_CUDA__cudnn_convolution"),
+    )
+
+
+def test_rnn_checks_hidden_then_parameters() -> None:
+    lstm = nn.LSTM(3, 4).cuda()
+    x = torch.randn(2, 1, 3, device="cuda")
+    raises(
+        lambda: lstm(x, (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))),
+        RuntimeError,
+        "Input and hidden tensors are not at the same device, found input tensor at cuda:0 and "
+        "hidden tensor at cpu",
+    )
+    raises(
+        lambda: lstm(torch.randn(2, 1, 3)),
+        RuntimeError,
+        "Input and parameter tensors are not at the same device, found input tensor at cpu and "
+        "parameter tensor at cuda:0",
+    )
+    h = torch.zeros(1, 1, 4, device="cuda")
+    assert lstm(x, (h, h))[0].device.type == "cuda"
+
+
+def test_loss_with_the_target_on_the_cpu() -> None:
+    logits = torch.randn(4, 3, device="cuda")
+    raises(
+        lambda: F.cross_entropy(logits, torch.tensor([0, 1, 2, 0])),
+        RuntimeError,
+        got("target", "cpu", "cuda:0", "wrapper_CUDA_nll_loss_forward"),
+    )
+
+
+def test_foreach_mixed_lists_fail_per_index() -> None:
+    a = [torch.ones(2, device="cuda"), torch.ones(2, device="cuda")]
+    raises(
+        lambda: torch._foreach_add(a, [torch.ones(2, device="cuda"), torch.ones(2)]),
+        RuntimeError,
+        ITER.format("cuda:0", "cpu"),
+    )
+    assert torch._foreach_add(a, [torch.tensor(1.0), torch.tensor(1.0)])[1].device.type == "cuda"
+
+
+def test_invalid_device_ordinal() -> None:
+    cls = getattr(torch, "AcceleratorError", RuntimeError)
+    with pytest.raises(cls, match=r"^CUDA error: invalid device ordinal"):
+        torch.zeros(1, device="cuda:2")

@@ -1,0 +1,359 @@
+"""``torch.cuda`` stand-ins for the emulated GPUs.
+
+Availability, device count and names, the current device, memory (from the ledger), and
+streams and events that keep host-clock time: the work already ran when it was queued, so a
+stream is always idle, ``synchronize`` returns at once, and ``Event.elapsed_time`` is the host
+time between two records, flagged in ``EMULATED_TIMING`` so timers can say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import torch
+
+from torchdevmagic.emulate._memory import Ledger
+from torchdevmagic.emulate._placement import Devices
+
+NAME = "Emulated CUDA GPU (torchdevmagic, runs on CPU)"
+# True on every stand-in whose timings are host-clock: timers check it to say so.
+EMULATED_TIMING = True
+
+
+def invalid_ordinal() -> BaseException:
+    text = "CUDA error: invalid device ordinal\n"
+    if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 9):
+        text += "GPU device may be out of range, do you have enough GPUs?\n"
+    text += (
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect.\nFor debugging consider passing "
+        "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+        "assertions.\n"
+    )
+    cls = getattr(torch, "AcceleratorError", RuntimeError)
+    error: BaseException = cls(text)
+    return error
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What ``torch.cuda.get_device_properties`` answers for an emulated GPU."""
+
+    name: str
+    total_memory: int
+    major: int = 8
+    minor: int = 0
+    multi_processor_count: int = 1
+    uuid: str = ""
+    is_integrated: bool = False
+    is_multi_gpu_board: bool = False
+    L2_cache_size: int = 0
+    warp_size: int = 32
+    gcnArchName: str = "NVIDIA emulated"
+
+
+class CudaStandIns:
+    """The functions and classes patched onto ``torch.cuda`` while a session runs."""
+
+    def __init__(self, devices: Devices, ledger: Ledger) -> None:
+        self.devices = devices
+        self.ledger = ledger
+        self.initialized = False
+        standins = self
+
+        class Stream:
+            """An emulated CUDA stream: work runs when queued, so it is always done."""
+
+            emulated = True
+
+            def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+                self.device = standins.device(device)
+                self.priority = priority
+
+            def wait_stream(self, stream: Any) -> None:
+                return None
+
+            def wait_event(self, event: Any) -> None:
+                return None
+
+            def record_event(self, event: Any = None) -> Any:
+                event = event if event is not None else Event()
+                event.record(self)
+                return event
+
+            def query(self) -> bool:
+                return True
+
+            def synchronize(self) -> None:
+                return None
+
+            def is_capturing(self) -> bool:
+                return False
+
+            @property
+            def device_index(self) -> int:
+                return int(self.device.index)
+
+            device_type = "cuda"
+            cuda_stream = 0
+
+            def __enter__(self) -> None:
+                standins.set_stream(self)
+
+            def __exit__(self, *exc: Any) -> None:
+                standins.set_stream(standins.default_stream(self.device))
+
+            def __eq__(self, other: object) -> bool:
+                return self is other
+
+            def __hash__(self) -> int:
+                return id(self)
+
+            def __repr__(self) -> str:
+                return f"<torch.cuda.Stream device={self.device} (emulated)>"
+
+        class Event:
+            """An emulated CUDA event: the host clock when recorded."""
+
+            emulated = True
+
+            def __init__(self, enable_timing: bool = False, **kwargs: Any) -> None:
+                self.enable_timing = enable_timing
+                self.t: Optional[float] = None
+
+            def record(self, stream: Any = None) -> None:
+                self.t = time.perf_counter()
+
+            def wait(self, stream: Any = None) -> None:
+                return None
+
+            def query(self) -> bool:
+                return True
+
+            def synchronize(self) -> None:
+                return None
+
+            def elapsed_time(self, end: Any) -> float:
+                if self.t is None or end.t is None:
+                    raise RuntimeError(
+                        "Both events must be recorded before calculating elapsed time."
+                    )
+                return (end.t - self.t) * 1000.0
+
+        self.Stream = Stream
+        self.Event = Event
+        self._streams = [Stream(i) for i in range(devices.count)]
+        self._current = list(self._streams)
+
+    # -- devices ---------------------------------------------------------------------------
+    def index(self, device: Any = None) -> int:
+        if device is None:
+            return self.devices.current
+        if isinstance(device, int):
+            resolved = self.devices.resolve(device)
+        elif isinstance(device, (str, torch.device)):
+            resolved = self.devices.resolve(device)
+            if resolved is None:
+                raise ValueError(f"Expected a cuda device, but got: {device}")
+        else:
+            resolved = self.devices.resolve(getattr(device, "device", None))
+        assert resolved is not None
+        return int(resolved.index or 0)
+
+    def device(self, device: Any = None) -> torch.device:
+        return torch.device("cuda", self.index(device))
+
+    def is_available(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return self.devices.count
+
+    def current_device(self) -> int:
+        self.init()
+        return self.devices.current
+
+    def set_device(self, device: Any) -> None:
+        index = self.index(device)
+        self.init()
+        self.devices.current = index
+
+    def init(self) -> None:
+        self.initialized = True
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def get_device_name(self, device: Any = None) -> str:
+        self.index(device)
+        return NAME
+
+    def get_device_capability(self, device: Any = None) -> tuple[int, int]:
+        self.index(device)
+        return (8, 0)
+
+    def get_device_properties(self, device: Any = None) -> DeviceProperties:
+        index = self.index(device)
+        uuid = f"GPU-00000000-0000-0000-0000-emulated{index:04d}"
+        return DeviceProperties(NAME, self.ledger.capacity, uuid=uuid)
+
+    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
+        return True
+
+    def synchronize(self, device: Any = None) -> None:
+        self.index(device)
+
+    # -- memory ----------------------------------------------------------------------------
+    def memory_allocated(self, device: Any = None) -> int:
+        return self.ledger.allocated(self.index(device))
+
+    def max_memory_allocated(self, device: Any = None) -> int:
+        index = self.index(device)
+        self.ledger.exact()
+        return self.ledger.peak[index]
+
+    def memory_reserved(self, device: Any = None) -> int:
+        index = self.index(device)
+        self.ledger.exact()
+        return self.ledger.reserved[index]
+
+    def max_memory_reserved(self, device: Any = None) -> int:
+        return self.memory_reserved(device)
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        self.ledger.reset_peak(self.index(device))
+
+    def reset_max_memory_allocated(self, device: Any = None) -> None:
+        self.reset_peak_memory_stats(device)
+
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        index = self.index(device)
+        self.ledger.exact()
+        return (max(self.ledger.capacity - self.ledger.reserved[index], 0), self.ledger.capacity)
+
+    def empty_cache(self) -> None:
+        self.ledger.empty_cache()
+
+    def memory_stats(self, device: Any = None) -> dict[str, int]:
+        index = self.index(device)
+        allocated = self.ledger.allocated(index)
+        return {
+            "allocated_bytes.all.current": allocated,
+            "allocated_bytes.all.peak": self.ledger.peak[index],
+            "reserved_bytes.all.current": self.ledger.reserved[index],
+            "reserved_bytes.all.peak": self.ledger.reserved[index],
+        }
+
+    # -- streams ---------------------------------------------------------------------------
+    def current_stream(self, device: Any = None) -> Any:
+        return self._current[self.index(device)]
+
+    def default_stream(self, device: Any = None) -> Any:
+        return self._streams[self.index(device)]
+
+    def set_stream(self, stream: Any) -> None:
+        if stream is None:
+            return
+        index = int(stream.device.index)
+        self.devices.current = index
+        self._current[index] = stream
+
+    @contextlib.contextmanager
+    def stream(self, stream: Any) -> Iterator[None]:
+        if stream is None:
+            yield
+            return
+        before_device = self.devices.current
+        index = int(stream.device.index)
+        before = self._current[index]
+        self.set_stream(stream)
+        try:
+            yield
+        finally:
+            self._current[index] = before
+            self.devices.current = before_device
+
+    def is_current_stream_capturing(self) -> bool:
+        return False
+
+    def manual_seed(self, seed: int) -> None:
+        return None  # the emulated GPU draws from the CPU generator (torch.manual_seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        return None
+
+    def device_context(self) -> type:
+        standins = self
+
+        class device:
+            """``with torch.cuda.device(i):`` on the emulated GPUs."""
+
+            def __init__(self, device: Any) -> None:
+                self.idx = -1 if device is None else standins.index(device)
+                self.prev = -1
+
+            def __enter__(self) -> None:
+                if self.idx != -1:
+                    self.prev = standins.devices.current
+                    standins.devices.current = self.idx
+
+            def __exit__(self, *exc: Any) -> None:
+                if self.idx != -1:
+                    standins.devices.current = self.prev
+
+        return device
+
+    def accelerator_patches(self) -> dict[str, Any]:
+        """``torch.accelerator`` attribute -> stand-in (torch 2.6+ asks it for the GPU)."""
+        return {
+            "is_available": self.is_available,
+            "device_count": self.device_count,
+            "current_accelerator": lambda check_available=False: torch.device("cuda"),
+            "current_device_index": self.current_device,
+            "set_device_index": self.set_device,
+            "current_stream": self.current_stream,
+            "set_stream": self.set_stream,
+            "synchronize": self.synchronize,
+            "device_index": self.device_context(),
+        }
+
+    def patches(self) -> dict[str, Any]:
+        """``torch.cuda`` attribute -> stand-in."""
+        names = [
+            "is_available",
+            "device_count",
+            "current_device",
+            "set_device",
+            "init",
+            "is_initialized",
+            "get_device_name",
+            "get_device_capability",
+            "get_device_properties",
+            "is_bf16_supported",
+            "synchronize",
+            "memory_allocated",
+            "max_memory_allocated",
+            "memory_reserved",
+            "max_memory_reserved",
+            "reset_peak_memory_stats",
+            "reset_max_memory_allocated",
+            "mem_get_info",
+            "empty_cache",
+            "memory_stats",
+            "current_stream",
+            "default_stream",
+            "set_stream",
+            "stream",
+            "is_current_stream_capturing",
+            "manual_seed",
+            "manual_seed_all",
+        ]
+        table: dict[str, Any] = {name: getattr(self, name) for name in names}
+        table["_lazy_init"] = self.init
+        table["Stream"] = self.Stream
+        table["Event"] = self.Event
+        table["device"] = self.device_context()
+        return table

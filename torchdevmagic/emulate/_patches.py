@@ -1,0 +1,107 @@
+"""Attribute patches that are undone exactly, and the ones the emulated GPU needs.
+
+Every patch records the attribute's own value (or its absence) on the object it was set on,
+and ``undo`` puts back that very object: ``torch.cuda.is_available`` after ``stop()`` is the
+function that was there before ``start()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+_MISSING = object()
+
+
+class Patcher:
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def set(self, obj: Any, name: str, value: Any) -> None:
+        old = obj.__dict__.get(name, _MISSING) if hasattr(obj, "__dict__") else _MISSING
+        if old is _MISSING and hasattr(obj, name):
+            old = getattr(obj, name)
+        setattr(obj, name, value)
+
+        def undo() -> None:
+            if old is _MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, old)
+
+        self._undo.append(undo)
+
+    def append(self, items: list[Any], value: Any, index: int = -1) -> None:
+        items.insert(len(items) if index < 0 else index, value)
+        self._undo.append(lambda: items.remove(value))
+
+    def call(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
+
+    def undo(self) -> None:
+        errors = []
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception as exc:  # keep undoing the rest
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def unsupported(what: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        from torchdevmagic.emulate._rules import EmulationUnsupported
+
+        raise EmulationUnsupported(what)
+
+    return refuse
+
+
+COMPILE = (
+    "torch.compile is not emulated: its GPU backend (inductor) generates Triton/CUDA kernels, "
+    "which need a real GPU; run the model eagerly under emulation"
+)
+NCCL = (
+    "NCCL is not emulated: the emulated GPUs have no interconnect; use backend='gloo' for "
+    "distributed code under emulation"
+)
+TRITON = "Triton kernels are not emulated: they compile for a real GPU"
+
+
+def compile_standin(original: Any) -> Callable[..., Any]:
+    def compile(model: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("backend") == "eager":
+            return model if model is not None else (lambda m: m)
+        if model is None:
+            return lambda m: compile(m, *args, **kwargs)
+        refuse = unsupported(COMPILE)
+        if isinstance(model, type) or not callable(model):
+            return original(model, *args, **kwargs)
+        return _Refusing(model, refuse)
+
+    compile.__doc__ = original.__doc__
+    return compile
+
+
+class _Refusing:
+    """What ``torch.compile`` returns under emulation: fails on call, naming the limit."""
+
+    def __init__(self, model: Any, refuse: Callable[..., Any]) -> None:
+        self._orig_mod = model
+        self._refuse = refuse
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._refuse()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_orig_mod"], name)
+
+
+def init_process_group_standin(original: Any) -> Callable[..., Any]:
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        name = str(kwargs.get("backend", backend) or "nccl").lower()
+        if "nccl" in name or name in ("cuda", "none"):
+            unsupported(NCCL)()
+        return original(backend, *args, **kwargs)
+
+    return init_process_group

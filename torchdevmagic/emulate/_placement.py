@@ -1,0 +1,222 @@
+"""Putting tensors on the emulated GPU, and taking them off.
+
+A TorchFunctionMode sees every torch call before dispatch: factories with ``device="cuda"``,
+``.to(...)``, ``.cuda()``, ``.cpu()``, and the RNN entry points (whose device check, in
+RNN.cpp, runs above the ops we see in ``__torch_dispatch__``). Moves between devices are
+autograd Functions, so gradients flow back to the device they came from.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, inner_of, wrap
+
+_CPU = torch.device("cpu")
+
+
+class Devices:
+    """The emulated GPUs of one session: how many, and which one is current."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.current = 0
+
+    def resolve(self, device: Any) -> Optional[torch.device]:
+        """``device`` as a ``cuda:N`` torch.device if it names the GPU, else ``None``."""
+        if device is None:
+            return None
+        if isinstance(device, int):
+            return self._checked(device)
+        if isinstance(device, str):
+            if not device.startswith("cuda"):
+                return None
+            device = torch.device(device)
+        if isinstance(device, torch.device) and device.type == "cuda":
+            return self._checked(self.current if device.index is None else device.index)
+        return None
+
+    def _checked(self, index: int) -> torch.device:
+        if not 0 <= index < self.count:
+            from torchdevmagic.emulate._cuda import invalid_ordinal
+
+            raise invalid_ordinal()
+        return torch.device("cuda", index)
+
+
+class _ToEmulated(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, device: torch.device, dtype: Any) -> Any:
+        ctx.source = device_of(x)
+        ctx.dtype = x.dtype
+        inner = inner_of(x).to(dtype=dtype, copy=True)
+        return wrap(inner, device)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return _move(grad, ctx.source, ctx.dtype), None, None
+
+
+class _ToCpu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, dtype: Any) -> Any:
+        ctx.source = device_of(x)
+        ctx.dtype = x.dtype
+        return inner_of(x).to(dtype=dtype, copy=True)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return _move(grad, ctx.source, ctx.dtype), None
+
+
+def _move(t: Any, device: torch.device, dtype: Any) -> Any:
+    inner = inner_of(t).to(dtype=dtype, copy=True)
+    return inner if device.type == "cpu" else wrap(inner, device)
+
+
+def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bool = False) -> Any:
+    """``x.to(target, dtype)`` with the emulated GPU standing in for CUDA."""
+    source = device_of(x)
+    dtype = x.dtype if dtype is None else dtype
+    if source == target:
+        if dtype == x.dtype and not copy:
+            return x
+        with torch._C.DisableTorchFunction():
+            return torch.Tensor.to(x, dtype=dtype, copy=copy)
+    if target.type == "cuda":
+        if x.requires_grad and torch.is_grad_enabled():
+            return _ToEmulated.apply(x, target, dtype)
+        return wrap(inner_of(x).to(dtype=dtype, copy=True), target)
+    if target.type == "cpu" and type(x) is EmulatedTensor:
+        if x.requires_grad and torch.is_grad_enabled():
+            return _ToCpu.apply(x, dtype)
+        return inner_of(x).to(dtype=dtype, copy=True)
+    with torch._C.DisableTorchFunction():
+        return torch.Tensor.to(inner_of(x), target, dtype)
+
+
+class PlacementMode(TorchFunctionMode):
+    """Routes every CUDA placement to the emulated GPU while a session runs."""
+
+    def __init__(self, devices: Devices) -> None:
+        super().__init__()
+        self.devices = devices
+        self.handlers: dict[Any, Callable[..., Any]] = {
+            torch.Tensor.to: self._to,
+            torch.Tensor.cuda: self._cuda,
+            torch.Tensor.cpu: self._cpu,
+            torch.Tensor.pin_memory: _pin_memory,
+            torch.Tensor.is_pinned: _is_pinned,
+        }
+        self.handlers[torch.device] = _device_constructor
+        for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
+            fn = getattr(torch._C._VariableFunctions, name, None)
+            if fn is not None:
+                self.handlers[fn] = _rnn
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        handler = self.handlers.get(func)
+        if handler is not None:
+            return handler(func, args, kwargs)
+        if "device" in kwargs:
+            target = self.devices.resolve(kwargs["device"])
+            if target is not None:
+                return self._factory(func, args, kwargs, target)
+        return func(*args, **kwargs)
+
+    def _factory(self, func: Any, args: Any, kwargs: dict[str, Any], target: torch.device) -> Any:
+        kwargs = {**kwargs, "device": _CPU}
+        grad = bool(kwargs.pop("requires_grad", False)) if "requires_grad" in kwargs else None
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and type(out) is not EmulatedTensor:
+            result = wrap(out.detach() if out.requires_grad else out, target)
+            if grad:
+                result.requires_grad_(True)
+            return result
+        if grad and isinstance(out, torch.Tensor):
+            out.requires_grad_(True)
+        return out
+
+    def _to(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        x = args[0]
+        device, dtype, copy = _parse_to(args[1:], kwargs)
+        target = self.devices.resolve(device)
+        if target is None and device is not None and torch.device(device).type == "cpu":
+            target = _CPU
+        if target is None or (target.type == "cpu" and type(x) is not EmulatedTensor):
+            return func(*args, **kwargs)
+        return to_device(x, target, dtype, copy)
+
+    def _cuda(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        x = args[0]
+        device = args[1] if len(args) > 1 else kwargs.get("device")
+        target = self.devices.resolve(self.devices.current if device is None else device)
+        if target is None:  # .cuda("cpu") and the like: CUDA would refuse them too
+            raise RuntimeError(f"Invalid device, must be cuda device (got {device!r})")
+        return to_device(x, target)
+
+    def _cpu(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        return to_device(args[0], _CPU)
+
+
+def _parse_to(rest: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, bool]:
+    """(device, dtype, copy) of a ``Tensor.to`` call, the device as the user wrote it."""
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    copy = bool(kwargs.get("copy", False))
+    pos = list(rest)
+    if pos and isinstance(pos[0], torch.Tensor):
+        other = pos.pop(0)
+        device, dtype = device_of(other), other.dtype
+    elif pos and isinstance(pos[0], (str, int, torch.device)) and not isinstance(pos[0], bool):
+        device = pos.pop(0)
+    if pos and isinstance(pos[0], torch.dtype):
+        dtype = pos.pop(0)
+    if len(pos) >= 2:  # non_blocking, copy
+        copy = bool(pos[1])
+    return device, dtype, copy
+
+
+def _device_constructor(func: Any, args: Any, kwargs: Any) -> Any:
+    # torch.device(0) means the current accelerator's device 0: the emulated GPU's.
+    if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return func("cuda", args[0])
+    return func(*args, **kwargs)
+
+
+def _pin_memory(func: Any, args: Any, kwargs: Any) -> Any:
+    x = args[0]
+    if type(x) is EmulatedTensor:
+        raise RuntimeError(
+            f"cannot pin '{torch.Tensor.type(inner_of(x)).replace('torch.', 'torch.cuda.')}' "
+            "only dense CPU tensors can be pinned"
+        )
+    return x  # emulated pinned memory is the tensor itself
+
+
+def _is_pinned(func: Any, args: Any, kwargs: Any) -> bool:
+    return False
+
+
+def _rnn(func: Any, args: Any, kwargs: Any) -> Any:
+    # RNN.cpp check_attributes: hidden states first, then the weights, against the input.
+    x, hx, params = args[0], args[1], args[2]
+    if isinstance(hx, torch.Tensor) and isinstance(params, torch.Tensor):
+        x, params, hx = args[0], args[2], args[3]  # the packed-sequence overload
+    dev = device_of(x)
+    hiddens = [hx] if isinstance(hx, torch.Tensor) else list(hx)
+    for name, group in (("hidden", hiddens), ("parameter", list(params))):
+        for t in group:
+            if isinstance(t, torch.Tensor) and device_of(t) != dev:
+                raise RuntimeError(
+                    f"Input and {name} tensors are not at the same device, found input tensor "
+                    f"at {dev} and {name} tensor at {device_of(t)}"
+                )
+    return func(*args, **kwargs)

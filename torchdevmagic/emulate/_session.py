@@ -1,0 +1,187 @@
+"""Turning the emulated GPU on and off: ``start()``, ``stop()``, ``emulate_cuda()``."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import torch
+
+from torchdevmagic.emulate import _parallel, _patches, _serialize, _special, _tensor
+from torchdevmagic.emulate._cuda import CudaStandIns
+from torchdevmagic.emulate._memory import Ledger
+from torchdevmagic.emulate._placement import Devices, PlacementMode
+from torchdevmagic.emulate._rules import EmulationUnsupported
+
+DEFAULT_CAPACITY = 16 << 30  # bytes per emulated GPU, as a 16 GB card
+
+_MEMORY_NAMES = (
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "reset_peak_memory_stats",
+    "reset_max_memory_allocated",
+    "mem_get_info",
+    "empty_cache",
+    "memory_stats",
+)
+
+
+@dataclass
+class Session:
+    """One running emulation: its devices, memory, stand-ins and the patches to undo."""
+
+    devices: Devices
+    ledger: Ledger
+    cuda: CudaStandIns
+    mode: PlacementMode
+    patcher: _patches.Patcher
+
+    @property
+    def count(self) -> int:
+        return self.devices.count
+
+
+_ACTIVE: Optional[Session] = None
+
+
+def active() -> Optional[Session]:
+    """The running session, or ``None``."""
+    return _ACTIVE
+
+
+def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
+    """Turn the emulated GPU on: ``devices`` CUDA devices of ``memory`` bytes each."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        raise RuntimeError(
+            f"CUDA emulation is already on ({_ACTIVE.count} device(s)); stop() it first"
+        )
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        raise ValueError(f"devices must be a positive int (got {devices!r})")
+    if torch.cuda.is_available():
+        raise EmulationUnsupported(
+            "a real CUDA GPU is available here: CUDA emulation is for machines without one"
+        )
+    assert _special.aten is not None  # the op table is registered on import
+    count = Devices(devices)
+    ledger = Ledger(devices, memory)
+    cuda = CudaStandIns(count, ledger)
+    session = Session(count, ledger, cuda, PlacementMode(count), _patches.Patcher())
+    try:
+        _apply(session)
+        session.mode.__enter__()
+        session.patcher.call(lambda: session.mode.__exit__(None, None, None))
+    except BaseException:
+        session.patcher.undo()
+        raise
+    _ACTIVE = session
+    return session
+
+
+def stop() -> None:
+    """Turn the emulated GPU off and put every patched attribute back. Idempotent."""
+    global _ACTIVE
+    session, _ACTIVE = _ACTIVE, None
+    if session is not None:
+        session.patcher.undo()
+
+
+@contextlib.contextmanager
+def emulate_cuda(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Iterator[Session]:
+    """``with emulate_cuda(devices=2):`` runs the block as if on a machine with GPUs."""
+    session = start(devices, memory)
+    try:
+        yield session
+    finally:
+        if _ACTIVE is session:
+            stop()
+
+
+def _apply(session: Session) -> None:
+    p = session.patcher
+    for name, value in session.cuda.patches().items():
+        p.set(torch.cuda, name, value)
+    memory_module = getattr(torch.cuda, "memory", None)
+    if memory_module is not None:
+        for name in _MEMORY_NAMES:
+            if hasattr(memory_module, name):
+                p.set(memory_module, name, getattr(session.cuda, name))
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        for name, value in session.cuda.accelerator_patches().items():
+            if hasattr(accelerator, name):
+                p.set(accelerator, name, value)
+    p.set(torch.backends.cuda, "is_built", lambda: True)
+    # Optimizers take their foreach path (CUDA's default) for emulated parameters too.
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    for module in (_foreach_utils, optimizer):
+        types = getattr(module, "_foreach_supported_types", None)
+        if isinstance(types, list):
+            p.append(types, _tensor.EmulatedTensor)
+    _tensor.on_new_storage = session.ledger.add
+    p.call(_clear_hooks)
+    _serialization(p, session.count)
+    _collectives(p, session.cuda.Stream)
+    p.set(torch, "compile", _patches.compile_standin(torch.compile))
+    distributed = getattr(torch, "distributed", None)
+    if distributed is not None and distributed.is_available():
+        import torch.distributed as dist
+
+        p.set(
+            dist, "init_process_group", _patches.init_process_group_standin(dist.init_process_group)
+        )
+    if importlib.util.find_spec("triton") is not None:  # pragma: no cover - no triton in CI
+        from triton.runtime import jit
+
+        p.set(jit.JITFunction, "run", _patches.unsupported(_patches.TRITON))
+
+
+def _clear_hooks() -> None:
+    _tensor.on_new_storage = None
+    _serialize.clear()
+
+
+def _serialization(p: _patches.Patcher, count: int) -> None:
+    from torch import serialization
+
+    entry = (5, _serialize.tag, _serialize.make_deserializer(count))
+    p.append(serialization._package_registry, entry, index=0)
+    p.set(
+        torch._utils, "_rebuild_tensor_v2", _serialize.make_rebuild(torch._utils._rebuild_tensor_v2)
+    )
+
+
+def _collectives(p: _patches.Patcher, stream: Any) -> None:
+    import torch.utils.data._utils.pin_memory as pin
+    from torch.nn.parallel import comm
+
+    for name, fn in _parallel.COMM.items():
+        p.set(comm, name, fn)
+    # (torch.nn.parallel.data_parallel is also the name of a function: go by sys.modules)
+    data_parallel = sys.modules["torch.nn.parallel.data_parallel"]
+    p.set(data_parallel, "parallel_apply", _parallel.parallel_apply)
+    import torch.nn.parallel._functions as functions
+
+    if hasattr(functions, "_get_stream"):
+        p.set(functions, "_get_stream", stream)
+    # Pinned host memory is the tensor itself (DataLoader pins in a thread of its own).
+    p.set(pin, "pin_memory", lambda data, device=None: data)
+
+
+def describe() -> str:
+    """One line about the emulation state, for ``%emulate_cuda status`` and the command."""
+    session = _ACTIVE
+    if session is None:
+        return "CUDA emulation is off"
+    gib = session.ledger.capacity / (1 << 30)
+    return (
+        f"CUDA emulation is on: {session.count} emulated device(s) of {gib:g} GiB, "
+        f"current cuda:{session.devices.current}"
+    )
