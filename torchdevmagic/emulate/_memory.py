@@ -66,6 +66,7 @@ class Ledger:
 
     def add(self, device: torch.device, nbytes: int) -> None:
         """A fresh storage of ``nbytes`` appeared on ``device``; fail as CUDA would if full."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
         index = device.index or 0
         if self.bound[index] + nbytes <= self.capacity:
             self.bound[index] += nbytes

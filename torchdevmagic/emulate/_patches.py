@@ -50,6 +50,7 @@ class Patcher:
 
 def unsupported(what: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         from torchdevmagic.emulate._rules import EmulationUnsupported
 
         raise EmulationUnsupported(what)
@@ -91,6 +92,7 @@ class _Refusing:
         self._refuse = refuse
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         return self._refuse()
 
     def __getattr__(self, name: str) -> Any:
@@ -99,6 +101,7 @@ class _Refusing:
 
 def init_process_group_standin(original: Any) -> Callable[..., Any]:
     def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         name = str(kwargs.get("backend", backend) or "nccl").lower()
         if "nccl" in name or name in ("cuda", "none"):
             unsupported(NCCL)()

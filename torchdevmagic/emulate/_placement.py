@@ -27,6 +27,7 @@ class Devices:
 
     def resolve(self, device: Any) -> Optional[torch.device]:
         """``device`` as a ``cuda:N`` torch.device if it names the GPU, else ``None``."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
         if device is None:
             return None
         if isinstance(device, int):
@@ -40,6 +41,7 @@ class Devices:
         return None
 
     def _checked(self, index: int) -> torch.device:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         if not 0 <= index < self.count:
             from torchdevmagic.emulate._cuda import invalid_ordinal
 
@@ -79,6 +81,7 @@ def _move(t: Any, device: torch.device, dtype: Any) -> Any:
 
 def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bool = False) -> Any:
     """``x.to(target, dtype)`` with the emulated GPU standing in for CUDA."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
     source = device_of(x)
     dtype = x.dtype if dtype is None else dtype
     if source == target:
@@ -120,6 +123,7 @@ class PlacementMode(TorchFunctionMode):
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         kwargs = kwargs or {}
         handler = self.handlers.get(func)
         if handler is not None:
@@ -131,6 +135,7 @@ class PlacementMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _factory(self, func: Any, args: Any, kwargs: dict[str, Any], target: torch.device) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         kwargs = {**kwargs, "device": _CPU}
         grad = bool(kwargs.pop("requires_grad", False)) if "requires_grad" in kwargs else None
         if kwargs.get("pin_memory"):
@@ -146,6 +151,7 @@ class PlacementMode(TorchFunctionMode):
         return out
 
     def _to(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         x = args[0]
         device, dtype, copy = _parse_to(args[1:], kwargs)
         target = self.devices.resolve(device)
@@ -156,6 +162,7 @@ class PlacementMode(TorchFunctionMode):
         return to_device(x, target, dtype, copy)
 
     def _cuda(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         x = args[0]
         device = args[1] if len(args) > 1 else kwargs.get("device")
         target = self.devices.resolve(self.devices.current if device is None else device)
@@ -164,6 +171,7 @@ class PlacementMode(TorchFunctionMode):
         return to_device(x, target)
 
     def _cpu(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         return to_device(args[0], _CPU)
 
 
@@ -192,6 +200,7 @@ def _device_constructor(func: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _pin_memory(func: Any, args: Any, kwargs: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     x = args[0]
     if type(x) is EmulatedTensor:
         raise RuntimeError(
@@ -206,6 +215,7 @@ def _is_pinned(func: Any, args: Any, kwargs: Any) -> bool:
 
 
 def _rnn(func: Any, args: Any, kwargs: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     # RNN.cpp check_attributes: hidden states first, then the weights, against the input.
     x, hx, params = args[0], args[1], args[2]
     if isinstance(hx, torch.Tensor) and isinstance(params, torch.Tensor):

@@ -103,6 +103,7 @@ def _schema_values(func: Any, args: Any, kwargs: Any) -> dict[str, Any]:
 
 
 def _dispatcher_check(func: Any, args: Any, kwargs: Any, method: str, names: list[str]) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     values = _schema_values(func, args, kwargs)
     common: Optional[torch.device] = None
     for name in names:
@@ -142,6 +143,7 @@ def _operands(func: Any, args: Any, kwargs: Any) -> tuple[list[Any], list[Any]]:
 
 
 def iterator_check(outputs: list[Any], inputs: list[Any], max_cpu_scalars: int = 1) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     devices = [(_device(t), t, False) for t in outputs] + [(_device(t), t, True) for t in inputs]
     common = _CPU
     for dev, _, _ in devices:
@@ -159,6 +161,7 @@ def iterator_check(outputs: list[Any], inputs: list[Any], max_cpu_scalars: int =
 
 
 def _iterator_rule(func: Any, args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     outputs, inputs = _operands(func, args, kwargs)
     # where() moves every 0-dim CPU operand to the output's device before its iterator runs.
     limit = 3 if func._schema.name == "aten::where" else 1
@@ -166,6 +169,7 @@ def _iterator_rule(func: Any, args: Any, kwargs: Any) -> None:
 
 
 def _foreach_rule(func: Any, args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     # On CUDA a mixed list leaves the fused path for the per-tensor one, whose ops check.
     lists = [a for a in args if isinstance(a, (list, tuple)) and a and _is_tensor(a[0])]
     scalars = [a for a in args if _is_tensor(a)]
@@ -177,13 +181,14 @@ def _foreach_rule(func: Any, args: Any, kwargs: Any) -> None:
 
 
 def _index_rule(func: Any, args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     self, indices = args[0], args[1]
     dev = _device(self)
     for index in indices:
         if _is_tensor(index):
             idev = _device(index)
             if idev.type != "cpu" and idev != dev:
-                raise IndexError(
+                raise RuntimeError(  # TORCH_CHECK in TensorAdvancedIndexing.cpp
                     "indices should be either on cpu or on the same device as the indexed "
                     f"tensor ({dev})"
                 )
@@ -209,6 +214,7 @@ def _inner(t: Any) -> Any:
 
 
 def _conv_rule(func: Any, args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     values = _schema_values(func, args, kwargs)
     x, weight, bias = values["input"], values["weight"], values.get("bias")
     xd, wd = _device(x), _device(weight)
@@ -283,6 +289,7 @@ def _classify(func: Any) -> Callable[[Any, Any, Any], Any]:
         method, names = entry
 
         def dispatcher_rule(func: Any, args: Any, kwargs: Any) -> None:
+            __tracebackhide__ = True  # IPython and pytest show the caller
             _dispatcher_check(func, args, kwargs, method, names)
 
         return dispatcher_rule
@@ -301,6 +308,7 @@ def _classify(func: Any) -> Callable[[Any, Any, Any], Any]:
 
 def check(func: Any, args: Any, kwargs: Any) -> Optional[Callable[..., Any]]:
     """Raise CUDA's error for a device mix ``func`` refuses; or a kernel to redispatch to."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
     rule = _RULE_CACHE.get(func)
     if rule is None:
         rule = _RULE_CACHE[func] = _classify(func)

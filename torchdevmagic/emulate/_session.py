@@ -156,6 +156,14 @@ def _serialization(p: _patches.Patcher, count: int) -> None:
     p.set(
         torch._utils, "_rebuild_tensor_v2", _serialize.make_rebuild(torch._utils._rebuild_tensor_v2)
     )
+    # torch.load(weights_only=True) keeps its allowed rebuild functions in an lru_cache: drop
+    # it on the way in and out, so each side resolves the rebuild function in force.
+    import torch._weights_only_unpickler as unpickler
+
+    cached = getattr(unpickler, "_get_allowed_globals", None)
+    if hasattr(cached, "cache_clear"):
+        cached.cache_clear()  # type: ignore[union-attr]
+        p.call(cached.cache_clear)  # type: ignore[union-attr]
 
 
 def _collectives(p: _patches.Patcher, stream: Any) -> None:
@@ -173,15 +181,3 @@ def _collectives(p: _patches.Patcher, stream: Any) -> None:
         p.set(functions, "_get_stream", stream)
     # Pinned host memory is the tensor itself (DataLoader pins in a thread of its own).
     p.set(pin, "pin_memory", lambda data, device=None: data)
-
-
-def describe() -> str:
-    """One line about the emulation state, for ``%emulate_cuda status`` and the command."""
-    session = _ACTIVE
-    if session is None:
-        return "CUDA emulation is off"
-    gib = session.ledger.capacity / (1 << 30)
-    return (
-        f"CUDA emulation is on: {session.count} emulated device(s) of {gib:g} GiB, "
-        f"current cuda:{session.devices.current}"
-    )

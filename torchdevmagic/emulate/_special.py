@@ -18,12 +18,14 @@ _CPU = torch.device("cpu")
 
 
 def _copy_(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     # dst.copy_(src) accepts any pair of devices, as on CUDA.
     func(*new[0], **new[1])
     return args[0]
 
 
 def _to_copy(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     new_args, new_kwargs = new
     asked = kwargs.get("device")
     target = None if asked is None else torch.device(asked)

@@ -85,6 +85,7 @@ class EmulatedTensor(torch.Tensor):
         return True
 
     def numpy(self, *, force: bool = False) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         if force:
             return self.detach().cpu().numpy()
         raise TypeError(
@@ -130,6 +131,7 @@ class EmulatedTensor(torch.Tensor):
     def __torch_dispatch__(  # type: ignore[override]
         cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
         # Torch function modes (our placement mode too) see every size() and stride() call;
         # below dispatch nothing needs them.
         with _no_torch_function():
@@ -138,6 +140,7 @@ class EmulatedTensor(torch.Tensor):
 
 def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     """A fresh emulated tensor over ``inner`` (counted against the device's memory)."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
     hook = on_new_storage
     if hook is not None and inner._base is None:
         hook(device, inner.nbytes)
@@ -174,6 +177,7 @@ def _take(x: Any, flat: list[Any], state: list[Any]) -> Any:
 
 def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Check devices as CUDA would, run ``func`` on the CPU tensors, wrap the results."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
     flat: list[Any] = []
     state: list[Any] = [None, False]  # the first emulated device; whether devices mix
     new_args = [
@@ -205,6 +209,7 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 def _wrap_out(out: Any, inputs: list[Any], device: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
     if isinstance(out, torch.Tensor):
         for w in inputs:
             if w.__dict__["_inner"] is out:

@@ -14,6 +14,7 @@ MAGIC_CLASSES: list[str] = [
     "torchdevmagic.magics.devices:DevicesMagics",
     "torchdevmagic.magics.cuda_time:CudaTimeMagics",
     "torchdevmagic.magics.devcheck:DevcheckMagics",
+    "torchdevmagic.magics.emulate:EmulateMagics",
 ]
 
 # shell -> list of (Magics instance) registered by us, so unload removes exactly those.

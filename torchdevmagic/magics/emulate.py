@@ -1,0 +1,96 @@
+"""``%emulate_cuda``: run the notebook as if it had a GPU, on the CPU."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+ACTIONS = ("on", "off", "status")
+
+
+def _positive(kind: str) -> Any:
+    def parse(value: str) -> float:
+        try:
+            number = float(value) if kind == "GiB" else int(value)
+        except ValueError:
+            raise UsageError(f"--{'memory' if kind == 'GiB' else 'devices'} takes a number, not {value!r}") from None
+        if number <= 0:
+            raise UsageError(f"--{'memory' if kind == 'GiB' else 'devices'} must be positive")
+        return number
+
+    return parse
+
+
+@magics_class
+class EmulateMagics(Magics):
+    _started: Optional[Any] = None  # the session this magic started (stopped on unload)
+
+    @magic_arguments()
+    @argument("action", nargs="?", default="status", help="on, off or status (default)")
+    @argument("--devices", type=_positive("N"), default=1, help="emulated GPUs (default 1)")
+    @argument("--memory", type=_positive("GiB"), default=16, help="GiB per GPU (default 16)")
+    @argument("-o", "--output", action="store_true", help="return the status object")
+    @line_magic
+    def emulate_cuda(self, line: str = "") -> Any:
+        """Emulate CUDA GPUs on the CPU: code written for a GPU runs, and fails where a GPU would.
+
+        Usage: %emulate_cuda on|off|status [--devices N] [--memory GiB] [-o]
+
+        While on, torch.cuda.is_available() is True and tensors put on "cuda" / "cuda:N"
+        compute on the CPU (the same values) but report their CUDA device; mixing devices
+        raises PyTorch's own CUDA errors, which %%devcheck explains. %devices lists the
+        emulated GPUs and %%cuda_time times them on the host clock. Not emulated: custom
+        CUDA ops, Triton, torch.compile GPU kernels, NCCL, GPU timing (each a clear error).
+
+        Examples::
+
+            %emulate_cuda on --devices 2
+            model = Net().to("cuda:1")      # cuda:1, computed on the CPU
+            %emulate_cuda status
+            %emulate_cuda off
+        """
+        args = parse_argstring(self.emulate_cuda, line)
+        action = str(args.action).lower()
+        if action not in ACTIONS:
+            raise UsageError(f"unknown action {args.action!r}: use on, off or status")
+        from torchdevmagic.emulate import _session
+        from torchdevmagic.emulate._status import status
+
+        if action == "on":
+            self._on(args)
+        elif action == "off":
+            if _session.active() is not None and _session.active() is not self._started:
+                raise UsageError(
+                    "CUDA emulation was turned on by emulate_cuda() in code: leave that block"
+                )
+            _session.stop()
+            self._started = None
+        result = status()
+        if args.output:
+            return result
+        print(result.to_text())
+        return None
+
+    def _on(self, args: Any) -> None:
+        from torchdevmagic.emulate import _session
+        from torchdevmagic.emulate._rules import EmulationUnsupported
+
+        running = _session.active()
+        if running is not None:
+            raise UsageError(
+                f"CUDA emulation is already on ({running.count} GPU(s)): %emulate_cuda off first"
+            )
+        try:
+            self._started = _session.start(int(args.devices), int(args.memory * (1 << 30)))
+        except EmulationUnsupported as exc:
+            raise UsageError(str(exc)) from None
+
+    def on_unload(self) -> None:
+        from torchdevmagic.emulate import _session
+
+        if self._started is not None and _session.active() is self._started:
+            _session.stop()
+        self._started = None
