@@ -122,8 +122,8 @@ def test_html_and_plain_text_both_published(shell: Any) -> None:
 
 
 def test_terminal_shell_gets_rich_output(capsys: Any) -> None:
+    from torchdevmagic.api import scan
     from torchdevmagic.magics._show import show
-    from torchdevmagic.scanner import scan
 
     class TerminalInteractiveShell:  # the name is what show() looks at
         pass

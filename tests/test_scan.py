@@ -143,7 +143,7 @@ def test_plain_tensor_attribute_is_named_with_register_buffer() -> None:
     assert finding.path == "net.pos"
     assert finding.severity == "warning"  # cpu while the module is on meta
     assert "register_buffer" in finding.message
-    assert finding.fix == "net.register_buffer('pos', net.pos)"
+    assert finding.fix == "net.register_buffer('pos', net.__dict__.pop('pos'))"
     net = WithPos("cpu")
     (same,) = [f for f in run_scan({"net": net}).findings if f.code == "plain_tensor_attribute"]
     assert same.severity == "note"
@@ -270,7 +270,7 @@ def test_the_object_budget_holds_for_containers_visited_in_one_step() -> None:
     report = run_scan({"xs": mixed, "ys": [torch.zeros(2) for _ in range(20)]}, max_objects=5)
     # xs itself and four of its tensors fill the budget; the other 16 and ys are skipped
     assert [r.path for r in report.rows] == ["xs[0]", "xs[1]", "xs[2]", "xs[3]"]
-    assert report.stats.skipped_objects == 17
+    assert report.stats.unvisited_objects == 17 and report.stats.skipped_objects == 0
     assert report.totals() == {"cpu": 32}
 
 
@@ -636,9 +636,9 @@ def test_every_layout_torch_defines_leaves_the_column_path() -> None:
     """The column-wise reader has no layout pass: it relies on every layout but strided
     refusing a storage (or a shape), and on subclasses being excluded by type. If this fails
     after a torch upgrade, a new layout appeared: check that untyped_storage() refuses it."""
-    from torchdevmagic.scanner import _Torch, facts_columns
+    from torchdevmagic.safe import Torch, facts_columns
 
-    tt = _Torch.from_module(torch)
+    tt = Torch.from_module(torch)
     defined = {v for v in vars(torch).values() if isinstance(v, torch.layout)}
     tensors = _one_of_each_layout()
     assert defined <= set(tensors), f"new layouts: {defined - set(tensors)}"
@@ -1007,15 +1007,17 @@ def test_gpu_rows_show_named_vs_allocated_and_the_gap() -> None:
 
 
 def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
-    from torchdevmagic.scanner import _Scanner, _Torch
+    from torchdevmagic.render.devices import holder_text
+    from torchdevmagic.safe import Torch
+    from torchdevmagic.scanning import Limits, collect, find_holders
 
     x = torch.zeros(1000)
     loss = (torch.ones(10, requires_grad=True) * 2).sum()
     ns = {"x": x, "loss": loss, "Out": {3: torch.zeros(500), 4: x}, "_": torch.zeros(250)}
-    scanner = _Scanner(_Torch.from_module(torch), 6, 1000, 10_000)
-    scanner.visit_all((name, ns[name]) for name in ("x", "loss"))
-    named_before = dict(scanner.named_by_device)
-    rows_before = dict(scanner.rows.device_bytes)
+    tt, limits = Torch.from_module(torch), Limits(6, 1000, 10_000)
+    found = collect([(name, ns[name]) for name in ("x", "loss")], tt, limits)
+    named_before = dict(found.named_by_device)
+    owners_before = dict(found.storage_owner)
 
     def failing() -> None:
         held = torch.zeros(2000)  # noqa: F841 - kept alive by the stored traceback
@@ -1026,16 +1028,16 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     except ValueError:
         sys.last_traceback = sys.exc_info()[2]
     try:
-        holders = scanner.holders(ns)
+        holders = find_holders(ns, found.storage_owner, found.graph_roots, tt, limits)
     finally:
         sys.last_traceback = None
-    cpu = holders["cpu"]
+    cpu = [holder_text(h) for h in holders if h.device == "cpu"]
     assert cpu[0] == "IPython output history holds 2.9 KiB (Out[3], _; free with %reset -f out)"
     assert cpu[1].startswith("the last traceback's frames hold 7.8 KiB")
     assert cpu[2].startswith("loss keeps an autograd graph")
-    assert scanner.named_by_device == named_before  # measuring left the totals alone
-    assert scanner.rows.column("path") == ["x", "loss"]  # and the rows
-    assert scanner.rows.device_bytes == rows_before
+    assert found.named_by_device == named_before  # measuring left the totals alone
+    assert found.storage_owner == owners_before
+    assert found.rows.column("path") == ["x", "loss"]  # and the rows
 
 
 def test_scan_restores_the_garbage_collector_state() -> None:
@@ -1051,24 +1053,25 @@ def test_scan_restores_the_garbage_collector_state() -> None:
 
 
 def _batch_sizes(monkeypatch: Any, reader: str) -> list[int]:
-    """Spy on a scanner column reader: the size of each batch it read (negative: refused)."""
-    from torchdevmagic import scanner
+    """Spy on a column reader: the size of each batch it read (negative: refused)."""
+    from torchdevmagic.safe import batch
 
     sizes: list[int] = []
-    original = getattr(scanner, reader)
+    original = getattr(batch, reader)
 
     def spy(values: list[Any], tt: Any) -> Any:
         found = original(values, tt)
         sizes.append(len(values) if found is not None else -len(values))
         return found
 
-    monkeypatch.setattr(scanner, reader, spy)
+    monkeypatch.setattr(batch, reader, spy)
     return sizes
 
 
 def test_column_wise_path_gives_the_same_rows_as_the_general_one(monkeypatch: Any) -> None:
     """Containers of plain tensors take a batched path: it must agree row for row."""
-    from torchdevmagic import scanner
+    from torchdevmagic.safe import batch
+    from torchdevmagic.scanning import walker
 
     base = torch.zeros(100, 100)
     leaf = torch.ones(5, requires_grad=True)
@@ -1086,12 +1089,12 @@ def test_column_wise_path_gives_the_same_rows_as_the_general_one(monkeypatch: An
     batches = _batch_sizes(monkeypatch, "facts_columns")
     batched = run_scan(ns)
     assert batches == [1 + 2 * len(items)]  # base, the dict and the list: one column-wise read
-    monkeypatch.setattr(scanner, "facts_columns", lambda values, tt: None)
+    monkeypatch.setattr(batch, "facts_columns", lambda values, tt: None)
     general = run_scan(ns)
     assert batched.rows == general.rows
     assert batched.totals() == general.totals()
     assert batched.stats.objects_visited == general.stats.objects_visited
-    monkeypatch.setattr(scanner, "BATCH_MIN", 10**9)  # containers visited item by item
+    monkeypatch.setattr(walker, "BATCH_MIN", 10**9)  # containers visited item by item
     assert run_scan(ns).rows == general.rows
 
 
@@ -1126,7 +1129,7 @@ def test_functorch_wrappers_leaked_from_vmap_and_grad() -> None:
 
 
 def test_module_walk_batched_and_general_agree(monkeypatch: Any) -> None:
-    from torchdevmagic import scanner
+    from torchdevmagic.safe import batch
 
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
     model[2].to("meta")
@@ -1139,7 +1142,7 @@ def test_module_walk_batched_and_general_agree(monkeypatch: Any) -> None:
     read = _batch_sizes(monkeypatch, "placement_columns")
     batched = run_scan(shared)
     assert read == [2 + 5 + 2]  # every parameter and buffer in one column-wise read
-    monkeypatch.setattr(scanner, "facts_columns", lambda values, tt: None)
-    monkeypatch.setattr(scanner, "placement_columns", lambda values, tt: None)
+    monkeypatch.setattr(batch, "facts_columns", lambda values, tt: None)
+    monkeypatch.setattr(batch, "placement_columns", lambda values, tt: None)
     general = run_scan(shared)
     assert batched.rows == general.rows and batched.findings == general.findings

@@ -2,7 +2,7 @@
 
 ``scan()`` takes shortcuts for speed: it reads plain tensors in batches (``facts_columns``),
 visits big containers in one step (``BATCH_MIN``), counts a column of new storages at once
-(``_new_owners``), skips the per-row note logic when no row can need one (``_no_notes``) and
+(``new_owners``), skips the per-row note logic when no row can need one (``no_notes``) and
 adds a batch of tensor rows a column at a time (``RowTable.extend_tensors``).
 Random namespaces mixing aliases, views, parameters, meta and sparse tensors, tensor
 subclasses, modules and optimizers are scanned with every shortcut on and with every shortcut
@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 from torchdevmagic import report as report_module
-from torchdevmagic import scan, scanner
+from torchdevmagic import scan
 from torchdevmagic.records import Row, RowTable
 from torchdevmagic.report import DevicesReport
+from torchdevmagic.safe import batch
+from torchdevmagic.scanning import ledger, walker
 
 
 class Tagged(torch.Tensor):
@@ -114,12 +116,15 @@ def test_fast_and_one_at_a_time_scans_agree(ns: dict[str, Any]) -> None:
     fast = scan(ns, gpus=False)
     with (
         mock.patch.multiple(
-            scanner,
+            batch,
             facts_columns=lambda values, tt: None,
             placement_columns=lambda values, tt: None,
-            BATCH_MIN=10**9,
-            _new_owners=lambda keys, paths, owner: None,
-            _no_notes=lambda cols, aliases: False,
+        ),
+        mock.patch.object(walker, "BATCH_MIN", 10**9),
+        mock.patch.multiple(
+            ledger,
+            new_owners=lambda keys, paths, owner: None,
+            no_notes=lambda cols, aliases: False,
         ),
         mock.patch.object(RowTable, "extend_tensors", _append_one_by_one),
     ):

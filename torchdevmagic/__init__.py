@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 
 # public name -> (module, attribute); resolved on first access so import stays cheap.
 _LAZY: dict[str, tuple[str, str]] = {
-    "scan": ("torchdevmagic.scanner", "scan"),
+    "scan": ("torchdevmagic.api", "scan"),
     "DevicesReport": ("torchdevmagic.report", "DevicesReport"),
     "device_memory": ("torchdevmagic.gpu", "device_memory"),
     "check_environment": ("torchdevmagic.env", "check_environment"),

@@ -225,15 +225,49 @@ def totals_of(rows: Iterable[Row]) -> dict[str, int]:
     return out
 
 
+class Member(NamedTuple):
+    """One tensor a finding is about: where it is and where it should be."""
+
+    path: str
+    device: str
+    expected: Optional[str] = None
+
+
 @dataclass(frozen=True)
 class Finding:
-    """Something placed suspiciously, with the line that fixes it."""
+    """Something placed suspiciously, as data: what (``code``), where (``path``, devices),
+    which tensors (``members``). The sentence and the fix line are written by
+    :mod:`torchdevmagic.render.findings` (``finding.message``, ``finding.fix``)."""
 
     code: str  # "split_module", "plain_tensor_attribute", "optimizer_state_device", ...
     path: str
-    message: str
-    fix: Optional[str] = None
     severity: str = "warning"  # "warning" or "note"
+    device: Optional[str] = None  # where the thing is
+    target: Optional[str] = None  # where it belongs (the module's device)
+    shares: tuple[DeviceShare, ...] = ()  # a split module's devices
+    members: tuple[Member, ...] = ()  # the tensors concerned
+
+    @property
+    def message(self) -> str:
+        from torchdevmagic.render.findings import finding_message
+
+        return finding_message(self)
+
+    @property
+    def fix(self) -> Optional[str]:
+        """One line that fixes it, or ``None``."""
+        from torchdevmagic.render.findings import finding_fix
+
+        return finding_fix(self)
+
+
+class Holder(NamedTuple):
+    """Something that keeps memory no name accounts for alive, on one device."""
+
+    kind: str  # "output_history", "traceback", "graph"
+    device: str
+    nbytes: int  # 0 when unknown (an autograd graph's saved tensors)
+    paths: tuple[str, ...] = ()  # Out[3], _ ; the tensor that keeps a graph
 
 
 @dataclass(frozen=True)
@@ -266,6 +300,8 @@ class ScanStats:
     skipped_items: int = 0  # container items beyond the cap
     skipped_objects: int = 0  # objects that refused inspection
     truncated_containers: tuple[str, ...] = ()  # paths of capped containers
+    unvisited_objects: int = 0  # objects met after the whole-scan budget was spent
+    mutated_containers: tuple[str, ...] = ()  # changed size while read, twice: skipped
 
 
 def to_plain(obj: Any) -> Any:
@@ -283,6 +319,8 @@ __all__ = [
     "DeviceMemory",
     "DeviceShare",
     "Finding",
+    "Holder",
+    "Member",
     "Row",
     "RowTable",
     "Rows",

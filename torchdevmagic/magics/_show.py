@@ -14,7 +14,8 @@ def show(shell: Any, result: Any) -> None:
     if is_terminal(shell):
         from rich.console import Console
 
-        Console(highlight=False).print(result.__rich__())
+        # markup=False: a str cell anywhere (a user's name, an env var) is text, never markup.
+        Console(highlight=False, markup=False).print(result.__rich__())
         return
     from IPython.display import display
 

@@ -74,7 +74,7 @@ class DevicesMagics(Magics):
         assert shell is not None  # a registered Magics instance always has its shell
         if args.env:
             return self._env(args)
-        from torchdevmagic.scanner import scan
+        from torchdevmagic.api import scan
 
         report = scan(
             shell.user_ns,

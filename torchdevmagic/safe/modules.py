@@ -87,7 +87,7 @@ def owned_tensors(
         for table in tables:
             if type(table) is not dict and not issubclass(type(table), dict):
                 continue  # a dict subclass is read through dict's own methods
-            for name, t in _dict_items(table) if type(table) is dict else table_items(table):
+            for name, t in table_items(table):  # a C-level copy: see plain_tensor_attributes
                 if t is not None and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor":
                     owned.append(t)
                     owned_paths.append(
@@ -106,10 +106,12 @@ def plain_tensor_attributes(
     # Rare: one C-level pass over every module's values first.
     if tensor_ids.isdisjoint(map(id, map(type, chain.from_iterable(map(dict.values, namespaces))))):
         return []
+    # Each dict is copied in C before the Python loop: another thread setting an attribute
+    # meanwhile cannot make the iteration fail ("dictionary changed size") and lose the module.
     return [
         (attr_path(mpath, name), value)
         for mpath, ns in zip(module_paths, namespaces)
-        for name, value in _dict_items(ns)
+        for name, value in list(_dict_items(ns))
         if id(type(value)) in tensor_ids and type(name) is str
     ]
 

@@ -64,14 +64,18 @@ def class_attribute(cls: type, name: str) -> Any:
     return None
 
 
+_C_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
 def dict_descriptor(cls: type) -> Optional[Any]:
-    """The C getset that reads instances' ``__dict__``; ``None`` when there is none, or when
-    a class shadows it with something that could run code (a property)."""
+    """The C descriptor that reads instances' ``__dict__`` (a getset; a member for C types
+    such as ``types.SimpleNamespace``); ``None`` when there is none, or when a class shadows
+    it with something that could run code (a property)."""
     for klass in _mro(cls):
         entry = _type_dict(klass).get("__dict__")
         if entry is None:
             continue
-        return entry if type(entry) is types.GetSetDescriptorType else None
+        return entry if type(entry) in _C_DESCRIPTORS else None
     return None
 
 

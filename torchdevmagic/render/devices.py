@@ -1,0 +1,168 @@
+"""The words and layout of the ``%devices`` report, as :mod:`.blocks` lines and tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from torchdevmagic._format import format_bytes, format_dtype, format_shape, plural
+from torchdevmagic.records import DeviceMemory, DeviceShare, Holder, Row, ScanStats
+from torchdevmagic.render.blocks import Block, Line, Table
+from torchdevmagic.render.findings import finding_lines, name_some
+
+if TYPE_CHECKING:
+    from torchdevmagic.report import DevicesReport
+
+DEFAULT_ROWS_SHOWN = 30
+HEADERS = ("Name", "Type", "Device", "Dtype", "Shape", "Memory", "Details")
+GPU_HEADERS = ("GPU", "Name", "Named", "Allocated", "Reserved", "Peak", "NVML used/total", "Util")
+
+
+def report_blocks(report: DevicesReport) -> list[Block]:
+    out: list[Block] = []
+    for f in report.findings:
+        first, *rest = finding_lines(f)
+        out.append(Line(first, f.severity))
+        out.extend(Line(text) for text in rest)
+    if out:
+        out.append(Line(""))
+    head = headline(report)
+    shown, hidden_rows = shown_rows(report)
+    if head:
+        out.append(Line(head))
+        out.extend(Line(t, "dim") for t in footer_lines(report.stats, 0))
+    else:
+        cells = [row_cells(r) for r in shown]
+        out.append(Table(HEADERS, cells, right_align=(5,), wrap=(6,)))
+        out.extend(Line(t, "dim") for t in footer_lines(report.stats, hidden_rows))
+        out.append(Line(totals_line(report)))
+    if report.gpus:
+        out.append(Line(""))
+        gpus = [gpu_cells(g) for g in report.gpus]
+        right = (2, 3, 4, 5, 6, 7)
+        out.append(Table(GPU_HEADERS, gpus, right_align=right, wrap=tuple(range(8))))
+    out.extend(Line(n, "dim") for n in gpu_notes(report))
+    return out
+
+
+def shown_rows(report: DevicesReport) -> tuple[list[Row], int]:
+    limit = DEFAULT_ROWS_SHOWN if report.top is None else report.top
+    if limit <= 0 or len(report.rows) <= limit:
+        return list(report.rows), 0
+    return list(report.rows[:limit]), len(report.rows) - limit
+
+
+def headline(report: DevicesReport) -> str | None:
+    if not report.torch_imported:
+        return "torch is not imported in this namespace: there are no tensors to find."
+    if not report.rows:
+        where = f" on {report.device_filter}" if report.device_filter else ""
+        s = report.stats
+        skipped = s.skipped_objects or s.unvisited_objects or s.mutated_containers
+        partly = " in what could be inspected" if skipped or s.truncated_containers else ""
+        return f"No tensors, modules or optimizers found{where}{partly}."
+    return None
+
+
+def totals_line(report: DevicesReport) -> str:
+    parts = [f"{d} {format_bytes(b)}" for d, b in report.totals().items()]
+    count = plural(len(report.rows), "row")
+    return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({count})"
+
+
+def footer_lines(s: ScanStats, hidden_rows: int) -> list[str]:
+    """What the report left out and why: rows not shown, caps, refusals, budget, mutation."""
+    lines = []
+    if hidden_rows:
+        lines.append(f"… {hidden_rows:,} more rows not shown (--top 0 shows all)")
+    if s.truncated_containers:
+        names = ", ".join(s.truncated_containers[:3])
+        lines.append(f"{s.skipped_items:,} container items not inspected (cap reached in {names})")
+    if s.skipped_objects:
+        lines.append(f"{s.skipped_objects:,} objects refused inspection and were skipped")
+    if s.unvisited_objects:
+        lines.append(
+            f"the scan's object budget ran out: {s.unvisited_objects:,} more objects (and "
+            "anything inside them) not inspected; scan(max_objects=...) raises it"
+        )
+    if s.mutated_containers:
+        names = name_some(list(s.mutated_containers))
+        count = plural(len(s.mutated_containers), "container")
+        lines.append(f"{count} changed while being read (another thread?), skipped: {names}")
+    return lines
+
+
+def breakdown_text(shares: Iterable[DeviceShare]) -> str:
+    return ", ".join(f"{s.device} ×{s.tensors:,} ({format_bytes(s.nbytes)})" for s in shares)
+
+
+def _details(row: Row) -> str:
+    parts = []
+    if row.kind in ("module", "optimizer") and row.breakdown:
+        parts.append(breakdown_text(row.breakdown))
+    if row.alias_of:
+        parts.append(f"alias of {row.alias_of}")
+    if row.note and (row.kind not in ("module", "optimizer") or not row.breakdown):
+        parts.append(row.note)
+    if row.requires_grad and row.kind == "tensor":
+        parts.append("requires grad")
+    return "; ".join(parts)
+
+
+def row_cells(row: Row) -> tuple[str, ...]:
+    return (
+        row.path,
+        row.type_name,
+        row.device,
+        format_dtype(row.dtype),
+        format_shape(row.shape),
+        "(counted)" if row.alias_of else format_bytes(row.nbytes),
+        _details(row),
+    )
+
+
+def gpu_cells(g: DeviceMemory) -> tuple[str, ...]:
+    nvml = "N/A"
+    if g.nvml_used_bytes is not None or g.nvml_total_bytes is not None:
+        nvml = f"{format_bytes(g.nvml_used_bytes)} / {format_bytes(g.nvml_total_bytes)}"
+    util = "N/A" if g.utilization_percent is None else f"{g.utilization_percent}%"
+    return (
+        g.device,
+        g.name or "N/A",
+        format_bytes(g.named_bytes),
+        format_bytes(g.allocated_bytes),
+        format_bytes(g.reserved_bytes),
+        format_bytes(g.peak_bytes),
+        nvml,
+        util,
+    )
+
+
+def holder_text(h: Holder) -> str:
+    if h.kind == "output_history":
+        return (
+            f"IPython output history holds {format_bytes(h.nbytes)} ({name_some(list(h.paths))}; "
+            "free with %reset -f out)"
+        )
+    if h.kind == "traceback":
+        return (
+            f"the last traceback's frames hold {format_bytes(h.nbytes)} "
+            "(free with: import sys; sys.last_traceback = sys.last_value = None)"
+        )
+    return (
+        f"{', '.join(h.paths)} keeps an autograd graph (saved activations): backward() it, "
+        "or compute it under torch.no_grad()"
+    )
+
+
+def gpu_notes(report: DevicesReport) -> list[str]:
+    if report.gpus_checked and not report.gpus:
+        return ["No GPU visible to torch (%devices --env tells why)."]
+    out = []
+    for g in report.gpus:
+        out += [f"{g.device}: {n}" for n in g.notes]
+        if g.unnamed_bytes:
+            held = [holder_text(h) for h in report.holders if h.device == g.device]
+            line = f"{format_bytes(g.unnamed_bytes)} allocated is held by no named variable"
+            out.append(f"{g.device}: " + line + (": " + "; ".join(held) if held else ""))
+    return out

@@ -1,0 +1,126 @@
+"""The words of a ``%devices`` finding: its sentence and its one-line fix.
+
+Every fix line is Python the user can paste where the report was shown (the notebook's
+namespace): tests execute each one on the state that produced it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from torchdevmagic.records import Finding, Member
+
+
+def finding_message(f: Finding) -> str:
+    write = _MESSAGES.get(f.code)
+    return write(f) if write else f"{f.path}: {f.code}"
+
+
+def finding_fix(f: Finding) -> Optional[str]:
+    write = _FIXES.get(f.code)
+    return write(f) if write else None
+
+
+def finding_lines(f: Finding) -> list[str]:
+    lines = [("!" if f.severity == "warning" else "·") + " " + finding_message(f)]
+    fix = finding_fix(f)
+    if fix:
+        lines.append(f"    fix: {fix}")
+    return lines
+
+
+def name_some(items: list[str], limit: int = 3) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def quote_device(device: Optional[str]) -> str:
+    return repr(device) if device else "device"
+
+
+def _split_message(f: Finding) -> str:
+    odd = ", ".join(f"{s.device} ×{s.tensors:,}" for s in f.shares if s.device != f.target)
+    return f"{f.path} is split across devices: {f.target}, but {odd}: " + name_some(
+        [m.path for m in f.members]
+    )
+
+
+def _split_fix(f: Finding) -> str:
+    if "meta" in {s.device for s in f.shares} and f.target != "meta":
+        # Meta tensors hold no data: .to() raises "Cannot copy out of meta tensor".
+        return (
+            f"{f.path}.to_empty(device={quote_device(f.target)}), then load or re-initialise "
+            "the weights (meta tensors have no data)"
+        )
+    return f"{f.path}.to({quote_device(f.target)})"
+
+
+def _owner_and_name(path: str) -> tuple[str, str]:
+    owner, _, name = path.rpartition(".")
+    return owner, name
+
+
+def _plain_message(f: Finding) -> str:
+    owner, name = _owner_and_name(f.path)
+    module = owner or f.path
+    durable = (
+        f"; for good, self.register_buffer({name!r}, ...) in its __init__"
+        if owner and name.isidentifier()
+        else ""
+    )
+    if f.severity == "warning":
+        return (
+            f"{f.path} is a plain tensor attribute on {f.device} while {module} is on "
+            f"{f.target}; .to() will not move it: use register_buffer{durable}"
+        )
+    return (
+        f"{f.path} is a plain tensor attribute ({f.device}): {module}.to() will leave it "
+        f"behind; use register_buffer{durable}"
+    )
+
+
+def _plain_fix(f: Finding) -> Optional[str]:
+    # register_buffer refuses a name already in the instance dict ("attribute 'mean' already
+    # exists"): the tensor is taken out of the dict and registered in one expression.
+    owner, name = _owner_and_name(f.path)
+    if not owner or not name.isidentifier():
+        return None
+    return f"{owner}.register_buffer({name!r}, {owner}.__dict__.pop({name!r}))"
+
+
+def _state(m: Member) -> str:
+    return f"{m.path} on {m.device} (parameter on {m.expected})"
+
+
+def _optimizer_message(f: Finding) -> str:
+    return f"{f.path} keeps state on another device than its parameters: " + name_some(
+        [_state(m) for m in f.members]
+    )
+
+
+def _optimizer_fix(f: Finding) -> str:
+    return (
+        f"re-create {f.path} after model.to(device), or load its state_dict after moving the model"
+    )
+
+
+def _grad_message(f: Finding) -> str:
+    return f"{f.path} requires grad on cpu while the model is on {f.target}"
+
+
+def _grad_fix(f: Finding) -> str:
+    return f"{f.path} = {f.path}.detach().to({quote_device(f.target)}).requires_grad_()"
+
+
+_MESSAGES: dict[str, Callable[[Finding], str]] = {
+    "split_module": _split_message,
+    "plain_tensor_attribute": _plain_message,
+    "optimizer_state_device": _optimizer_message,
+    "grad_tensor_on_cpu": _grad_message,
+}
+_FIXES: dict[str, Callable[[Finding], Optional[str]]] = {
+    "split_module": _split_fix,
+    "plain_tensor_attribute": _plain_fix,
+    "optimizer_state_device": _optimizer_fix,
+    "grad_tensor_on_cpu": _grad_fix,
+}

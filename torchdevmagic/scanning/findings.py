@@ -1,0 +1,66 @@
+"""Suspicious placements, as data: a code, the path, the devices, the members concerned.
+render/findings.py writes the sentence and the fix line."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torchdevmagic.records import DeviceShare, Finding, Member, RowTable
+
+ACCELERATORS = frozenset({"cuda", "mps", "xpu", "hpu"})
+
+
+def target_device(shares: tuple[DeviceShare, ...]) -> Optional[str]:
+    """Where a split module most likely belongs: its biggest accelerator share, else the
+    biggest share (users move models *to* the GPU; a few CPU leftovers are the usual bug)."""
+    for share in shares:
+        if share.device.split(":")[0] in ACCELERATORS:
+            return share.device
+    return shares[0].device if shares else None
+
+
+def split_module(
+    path: str, main: Optional[str], shares: tuple[DeviceShare, ...], tensors: list[tuple[str, str]]
+) -> Optional[Finding]:
+    """A module whose parameters and buffers live on more than one device."""
+    if len(shares) <= 1:
+        return None
+    odd = tuple(Member(p, d, main) for p, d in tensors if d != main and not p.endswith(".grad"))
+    return Finding("split_module", path, target=main, shares=shares, members=odd)
+
+
+def plain_attribute(path: str, device: str, module_device: Optional[str]) -> Finding:
+    """A tensor set as a plain attribute of a module: ``.to()`` will leave it behind."""
+    elsewhere = module_device is not None and device != module_device
+    return Finding(
+        "plain_tensor_attribute",
+        path,
+        severity="warning" if elsewhere else "note",
+        device=device,
+        target=module_device,
+    )
+
+
+def optimizer_state(path: str, mismatched: list[Member]) -> Optional[Finding]:
+    """State tensors of an optimizer on another device than their parameters."""
+    if not mismatched:
+        return None
+    return Finding("optimizer_state_device", path, members=tuple(mismatched))
+
+
+def grad_on_cpu(
+    rows: RowTable, module_rows: list[tuple[str, tuple[DeviceShare, ...]]]
+) -> list[Finding]:
+    """Trainable tensors on the CPU while a model is on an accelerator."""
+    accel = {d for device, shares in module_rows for d in (device, *(s.device for s in shares))}
+    accel = {d for d in accel if d.split(":")[0] in ACCELERATORS}
+    if not accel:
+        return []
+    target = sorted(accel)[0]
+    return [
+        Finding("grad_tensor_on_cpu", path, device="cpu", target=target)
+        for path, kind, device, trainable in zip(
+            *map(rows.column, ("path", "kind", "device", "requires_grad"))
+        )
+        if trainable and kind in ("tensor", "parameter") and device == "cpu"
+    ]

@@ -1,0 +1,97 @@
+"""A module row: its tree's parameters, buffers, grads and plain tensor attributes.
+
+Parameters and buffers are read for placement only (device, dtype, storage), in one
+column-wise read for the whole tree; a module row shows nothing else of them.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from operator import is_
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from torchdevmagic._format import plural
+from torchdevmagic.records import Row
+from torchdevmagic.safe import batch
+from torchdevmagic.safe.batch import Columns, Placement
+from torchdevmagic.safe.modules import module_tree, owned_tensors, plain_tensor_attributes
+from torchdevmagic.safe.objects import class_name
+from torchdevmagic.safe.tensors import read_facts
+from torchdevmagic.scanning import findings
+from torchdevmagic.scanning.breakdown import Breakdown
+
+if TYPE_CHECKING:
+    from torchdevmagic.scanning.walker import Walker
+
+
+def walk_module(walker: Walker, mod: Any, path: str) -> None:
+    """Parameters, buffers (and their grads) of the module tree, read from the module
+    dicts directly: ``named_parameters()`` is a method a subclass may override."""
+    classes = walker.classes
+    namespaces, module_paths = module_tree(mod, path, classes, walker.seen)
+    acc = Breakdown()
+    _module_tensors(walker, *owned_tensors(namespaces, module_paths, classes), acc)
+    attrs = plain_tensor_attributes(namespaces, module_paths, classes)
+    _module_row(walker, mod, path, acc, attrs)
+
+
+def _module_tensors(walker: Walker, tensors: list[Any], paths: list[str], acc: Breakdown) -> None:
+    """Parameters and buffers of a module tree, column-wise; then their grads."""
+    ledger, tt = walker.ledger, walker.tt
+    cols: Union[Placement, Columns, None] = batch.placement_columns(tensors, tt)
+    grad_of = tt.read.grad  # exact Tensor / Parameter: see safe.handles.Readers
+    if cols is None:
+        tensors, paths, cols = ledger.facts_one_by_one(tensors, paths)
+        grad_of = tt.get.grad
+    nbytes, _ = ledger.count_many(cols, paths)
+    ids = list(map(id, tensors))
+    param_path = ledger.param_path
+    if param_path.keys().isdisjoint(ids):  # first path wins, as with setdefault
+        param_path.update(zip(reversed(ids), reversed(paths)))
+    else:
+        for i, p in zip(ids, paths):
+            param_path.setdefault(i, p)
+    acc.add_many(cols.device, nbytes, cols.dtype, paths)
+    grads = list(map(grad_of, tensors))
+    if all(map(is_, grads, repeat(None))):  # not grads.count(None): that runs Tensor.__eq__
+        return
+    for p, grad in zip(paths, grads):
+        if grad is not None and walker.kind_of(type(grad)) == "tensor":
+            facts = read_facts(grad, tt)
+            gpath = p + ".grad"
+            gbytes, _ = ledger.count(facts.storage_key, facts.storage_bytes, facts.device, gpath)
+            acc.add(facts.device, gbytes, facts.dtype, gpath)
+            acc.grads += 1
+
+
+def _module_row(
+    walker: Walker, mod: Any, path: str, acc: Breakdown, attrs: list[tuple[str, Any]]
+) -> None:
+    shares = acc.shares()
+    main = findings.target_device(shares)
+    split = findings.split_module(path, main, shares, acc.tensors)
+    if split is not None:
+        walker.findings.append(split)
+    for apath, value in attrs:
+        _plain_attribute(walker, apath, value, main, acc)
+    row = Row(
+        path=path,
+        kind="module",
+        type_name=class_name(type(mod)),
+        device=acc.main_device(),  # plain attributes are held too
+        nbytes=acc.total,
+        dtype=acc.dtype(),
+        breakdown=acc.shares(),
+        note=plural(len(acc.tensors) - acc.grads, "tensor"),
+    )
+    walker.ledger.rows.append(row)
+    walker.module_rows.append(row)
+
+
+def _plain_attribute(
+    walker: Walker, apath: str, value: Any, module_device: Optional[str], acc: Breakdown
+) -> None:
+    facts = read_facts(value, walker.tt)
+    nbytes, _ = walker.ledger.count(facts.storage_key, facts.storage_bytes, facts.device, apath)
+    acc.add(facts.device, nbytes, facts.dtype, apath)
+    walker.findings.append(findings.plain_attribute(apath, facts.device, module_device))
