@@ -97,7 +97,7 @@ def _read_placement(
     sizes = list(map(tt.storage_nbytes, storages))
     n = len(values)
     devices: list[str]
-    read = tt.read
+    read = tt.get
     if read.is_cpu is not None and all(map(read.is_cpu, values)):
         devices = ["cpu"] * n  # a bool per tensor, no device object to build
     else:
@@ -119,17 +119,17 @@ def _read_columns(values: list[Any], tt: Torch) -> Columns:
     them apart without a layout pass: nested tensors have no shape; sparse (every sparse
     layout), mkldnn and vmap's BatchedTensor have no storage. test_scan checks that every
     layout torch defines is refused."""
-    shapes = list(map(tt.read.shape, values))
+    shapes = list(map(tt.get.shape, values))
     shapes = list(map(tt.shapes.setdefault, shapes, shapes))  # torch.Size hashes as a tuple
     devices, dtypes, keys, sizes, one_dtype = _read_placement(values, tt)
     itemsize = getattr(one_dtype, "itemsize", None)  # None for None (mixed dtypes)
     if type(itemsize) is int:  # Tensor.nbytes is numel * itemsize: one product per shape
         views = list(map(tt.shape_bytes(itemsize).__getitem__, shapes))
     else:
-        views = list(map(tt.read.nbytes, values))
+        views = list(map(tt.get.nbytes, values))
     if "meta" in devices:
         views = [0 if d == "meta" else b for d, b in zip(devices, views)]
-    grads = list(map(tt.read.requires_grad, values))
+    grads = list(map(tt.get.requires_grad, values))
     n = len(values)
     if True in grads:  # only a tensor that requires grad can have a grad_fn
         graphs = list(map(is_not, map(tt.get_grad_fn, values), repeat(None)))

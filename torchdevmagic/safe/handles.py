@@ -11,11 +11,9 @@ import contextlib
 import math
 import sys
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any, Callable, NamedTuple, Optional
 
 from torchdevmagic._torch import torch_if_imported
-from torchdevmagic.safe.objects import _mro, _type_dict
 
 
 @dataclass
@@ -38,7 +36,6 @@ class Torch:
     strided: Any
     no_subclass_dispatch: Callable[[], Any]
     uninitialized: tuple[type, ...]
-    read: Readers
     # One torch.Size object per distinct shape (a scan's rows share them): tens of thousands
     # fewer objects for the garbage collector to traverse and for a kept report to hold.
     shapes: dict[Any, Any] = field(default_factory=dict)
@@ -90,7 +87,6 @@ class Torch:
             strided=torch.strided,
             no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
             uninitialized=uninit,
-            read=Readers.choose(torch, base, get),
         )
 
 
@@ -108,14 +104,9 @@ class ShapeBytes(dict[Any, int]):
         return nbytes
 
 
-_READ_NAMES = ("shape", "dtype", "device", "is_cpu", "nbytes", "requires_grad", "grad")
-
-
 class Readers(NamedTuple):
-    """Column readers for values that are exactly torch.Tensor or nn.Parameter: ``attrgetter``
-    where an attribute lookup through those classes reaches TensorBase's own getsets (about
-    15% less per pass than calling each descriptor's ``__get__``), the descriptors themselves
-    where torch's classes were patched. Storage keys always come from the descriptor."""
+    """TensorBase's (and StorageBase's) own descriptors' ``__get__``: they read the C
+    fields whatever Python classes between a tensor's type and TensorBase define."""
 
     shape: Callable[[Any], Any]
     dtype: Callable[[Any], Any]
@@ -125,30 +116,6 @@ class Readers(NamedTuple):
     requires_grad: Callable[[Any], bool]
     grad: Callable[[Any], Any]
     storage_key: Callable[[Any], int]
-
-    @classmethod
-    def choose(cls, torch: Any, base: type, descriptors: Readers) -> Readers:
-        # Between Tensor / Parameter and TensorBase only Python classes lie (TensorBase and
-        # object are immutable); storages are always read through StorageBase's own
-        # descriptors (their MRO has a Python base, _StorageBase, under StorageBase).
-        for klass in (torch.Tensor, torch.nn.Parameter):
-            for k in _mro(klass):
-                if k is base:
-                    break
-                ns = _type_dict(k)
-                if "__getattribute__" in ns or any(name in ns for name in _READ_NAMES):
-                    return descriptors  # something patched in: it could be user code
-        shape, dtype, device, is_cpu, nbytes, requires_grad, grad = map(attrgetter, _READ_NAMES)
-        return cls(
-            shape,
-            dtype,
-            device,
-            is_cpu if descriptors.is_cpu is not None else None,  # a torch without is_cpu
-            nbytes,
-            requires_grad,
-            grad,
-            descriptors.storage_key,
-        )
 
 
 def handles() -> Optional[Torch]:

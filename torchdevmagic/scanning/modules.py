@@ -39,10 +39,8 @@ def _module_tensors(walker: Walker, tensors: list[Any], paths: list[str], acc: B
     """Parameters and buffers of a module tree, column-wise; then their grads."""
     ledger, tt = walker.ledger, walker.tt
     cols: Union[Placement, Columns, None] = batch.placement_columns(tensors, tt)
-    grad_of = tt.read.grad  # exact Tensor / Parameter: see safe.handles.Readers
     if cols is None:
         tensors, paths, cols = ledger.facts_one_by_one(tensors, paths)
-        grad_of = tt.get.grad
     nbytes, _ = ledger.count_many(cols, paths)
     ids = list(map(id, tensors))
     param_path = ledger.param_path
@@ -52,7 +50,7 @@ def _module_tensors(walker: Walker, tensors: list[Any], paths: list[str], acc: B
         for i, p in zip(ids, paths):
             param_path.setdefault(i, p)
     acc.add_many(cols.device, nbytes, cols.dtype, paths)
-    grads = list(map(grad_of, tensors))
+    grads = list(map(tt.get.grad, tensors))
     if all(map(is_, grads, repeat(None))):  # not grads.count(None): that runs Tensor.__eq__
         return
     for p, grad in zip(paths, grads):
