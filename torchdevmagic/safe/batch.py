@@ -96,14 +96,10 @@ def _read_placement(
     storages = list(map(tt.storage, values))
     sizes = list(map(tt.storage_nbytes, storages))
     n = len(values)
-    devices: list[str]
     read = tt.get
-    if read.is_cpu is not None and all(map(read.is_cpu, values)):
-        devices = ["cpu"] * n  # a bool per tensor, no device object to build
-    else:
-        devices = list(map(device_text, map(read.device, values)))
-        if "meta" in devices:  # meta tensors hold no memory
-            sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
+    devices = list(map(device_text, map(read.device, values)))
+    if "meta" in devices:  # meta tensors hold no memory
+        sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
     dtype_objects = list(map(read.dtype, values))
     one_dtype = dtype_objects[0]
     if dtype_objects.count(one_dtype) == n:  # one dtype (torch's dtypes are singletons)

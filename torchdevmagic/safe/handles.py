@@ -66,7 +66,6 @@ class Torch:
             shape=base.shape.__get__,
             dtype=base.dtype.__get__,
             device=base.device.__get__,
-            is_cpu=base.is_cpu.__get__ if hasattr(base, "is_cpu") else None,
             nbytes=base.nbytes.__get__,
             requires_grad=base.requires_grad.__get__,
             grad=base.grad.__get__,
@@ -111,7 +110,6 @@ class Readers(NamedTuple):
     shape: Callable[[Any], Any]
     dtype: Callable[[Any], Any]
     device: Callable[[Any], Any]
-    is_cpu: Optional[Callable[[Any], bool]]
     nbytes: Callable[[Any], int]
     requires_grad: Callable[[Any], bool]
     grad: Callable[[Any], Any]
