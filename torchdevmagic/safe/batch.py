@@ -68,7 +68,7 @@ def placement_columns(values: list[Any], tt: Torch) -> Optional[Placement]:
     if not values or not plain(values, tt):
         return None
     try:
-        return Placement(*_read_placement(values, tt)[:4])
+        return Placement(*_read_placement(values, tt))
     except Exception:  # no storage: sparse, mkldnn... one at a time
         return None
 
@@ -89,25 +89,18 @@ def plain(values: list[Any], tt: Torch) -> bool:
 
 def _read_placement(
     values: list[Any], tt: Torch
-) -> tuple[list[str], list[str], list[Optional[int]], list[int], Any]:
-    """Devices, dtypes, storage keys and storage bytes, column-wise, and the dtype when all
-    share one (else ``None``); raises for a tensor without storage (every sparse layout,
-    mkldnn, vmap's BatchedTensor)."""
+) -> tuple[list[str], list[str], list[Optional[int]], list[int]]:
+    """Devices, dtypes, storage keys and storage bytes, column-wise; raises for a tensor
+    without storage (every sparse layout, mkldnn, vmap's BatchedTensor)."""
     storages = list(map(tt.storage, values))
     sizes = list(map(tt.storage_nbytes, storages))
-    n = len(values)
     read = tt.get
     devices = list(map(device_text, map(read.device, values)))
     if "meta" in devices:  # meta tensors hold no memory
         sizes = [0 if d == "meta" else b for d, b in zip(devices, sizes)]
-    dtype_objects = list(map(read.dtype, values))
-    one_dtype = dtype_objects[0]
-    if dtype_objects.count(one_dtype) == n:  # one dtype (torch's dtypes are singletons)
-        dtypes = [dtype_text(one_dtype)] * n
-    else:
-        dtypes, one_dtype = list(map(dtype_text, dtype_objects)), None
+    dtypes = list(map(dtype_text, map(read.dtype, values)))
     keys: list[Optional[int]] = list(map(read.storage_key, storages))
-    return devices, dtypes, keys, sizes, one_dtype
+    return devices, dtypes, keys, sizes
 
 
 def _read_columns(values: list[Any], tt: Torch) -> Columns:
@@ -117,12 +110,8 @@ def _read_columns(values: list[Any], tt: Torch) -> Columns:
     layout torch defines is refused."""
     shapes = list(map(tt.get.shape, values))
     shapes = list(map(tt.shapes.setdefault, shapes, shapes))  # torch.Size hashes as a tuple
-    devices, dtypes, keys, sizes, one_dtype = _read_placement(values, tt)
-    itemsize = getattr(one_dtype, "itemsize", None)  # None for None (mixed dtypes)
-    if type(itemsize) is int:  # Tensor.nbytes is numel * itemsize: one product per shape
-        views = list(map(tt.shape_bytes(itemsize).__getitem__, shapes))
-    else:
-        views = list(map(tt.get.nbytes, values))
+    devices, dtypes, keys, sizes = _read_placement(values, tt)
+    views = list(map(tt.get.nbytes, values))
     if "meta" in devices:
         views = [0 if d == "meta" else b for d, b in zip(devices, views)]
     grads = list(map(tt.get.requires_grad, values))

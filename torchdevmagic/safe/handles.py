@@ -8,7 +8,6 @@ patched onto ``torch.Tensor`` or ``UntypedStorage``.
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
@@ -39,14 +38,6 @@ class Torch:
     # One torch.Size object per distinct shape (a scan's rows share them): tens of thousands
     # fewer objects for the garbage collector to traverse and for a kept report to hold.
     shapes: dict[Any, Any] = field(default_factory=dict)
-    _shape_bytes: dict[int, ShapeBytes] = field(default_factory=dict)
-
-    def shape_bytes(self, itemsize: int) -> ShapeBytes:
-        """Shape -> bytes of a tensor of that shape with elements of ``itemsize`` bytes."""
-        table = self._shape_bytes.get(itemsize)
-        if table is None:
-            table = self._shape_bytes[itemsize] = ShapeBytes(itemsize)
-        return table
 
     @classmethod
     def from_module(cls, torch: Any) -> Torch:
@@ -87,20 +78,6 @@ class Torch:
             no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
             uninitialized=uninit,
         )
-
-
-class ShapeBytes(dict[Any, int]):
-    """``torch.Size`` -> numel * itemsize for one element size, made on first use."""
-
-    __slots__ = ("itemsize",)
-
-    def __init__(self, itemsize: int) -> None:
-        super().__init__()
-        self.itemsize = itemsize
-
-    def __missing__(self, shape: Any) -> int:
-        nbytes = self[shape] = math.prod(shape) * self.itemsize
-        return nbytes
 
 
 class Readers(NamedTuple):
