@@ -109,7 +109,6 @@ def _read_columns(values: list[Any], tt: Torch) -> Columns:
     layout), mkldnn and vmap's BatchedTensor have no storage. test_scan checks that every
     layout torch defines is refused."""
     shapes = list(map(tt.get.shape, values))
-    shapes = list(map(tt.shapes.setdefault, shapes, shapes))  # torch.Size hashes as a tuple
     devices, dtypes, keys, sizes = _read_placement(values, tt)
     views = list(map(tt.get.nbytes, values))
     if "meta" in devices:

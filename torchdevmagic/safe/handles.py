@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
 from torchdevmagic._torch import torch_if_imported
@@ -35,9 +35,6 @@ class Torch:
     strided: Any
     no_subclass_dispatch: Callable[[], Any]
     uninitialized: tuple[type, ...]
-    # One torch.Size object per distinct shape (a scan's rows share them): tens of thousands
-    # fewer objects for the garbage collector to traverse and for a kept report to hold.
-    shapes: dict[Any, Any] = field(default_factory=dict)
 
     @classmethod
     def from_module(cls, torch: Any) -> Torch:
