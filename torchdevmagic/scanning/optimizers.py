@@ -3,13 +3,14 @@ they live where their parameters do. Parameters are named by the paths the modul
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from torchdevmagic._format import plural
 from torchdevmagic.records import Member, Row
+from torchdevmagic.safe import batch
 from torchdevmagic.safe.objects import class_name
 from torchdevmagic.safe.paths import key_text
-from torchdevmagic.safe.tensors import device_text, read_facts
+from torchdevmagic.safe.tensors import device_text
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.breakdown import Breakdown
 
@@ -33,12 +34,8 @@ def optimizer_row(walker: Walker, path: str, opt: Any) -> None:
     acc = Breakdown()
     mismatched: list[Member] = []
     if state is not None and issubclass(type(state), dict):
-        for i, (param, per_param) in enumerate(list(_dict_items(state))):
-            if issubclass(type(per_param), dict):
-                pname = walker.ledger.param_path.get(id(param)) or f"<param {i}>"
-                mismatched += _state_tensors(
-                    walker, f"{path}.state[{pname}]", param, per_param, acc
-                )
+        tensors, paths, expected = _state_tensors(walker, path, state)
+        mismatched = _count_state(walker, tensors, paths, expected, acc)
     finding = findings.optimizer_state(path, mismatched)
     if finding is not None:
         walker.findings.append(finding)
@@ -62,24 +59,48 @@ def optimizer_row(walker: Walker, path: str, opt: Any) -> None:
 
 
 def _state_tensors(
-    walker: Walker, prefix: str, param: Any, per_param: dict[Any, Any], acc: Breakdown
-) -> list[Member]:
-    """Count one parameter's state tensors; those on another device than the parameter."""
-    tt, ledger = walker.tt, walker.ledger
-    mismatched: list[Member] = []
-    is_tensor = walker.kind_of(type(param)) == "tensor"
-    pdevice = device_text(tt.get.device(param)) if is_tensor else None
-    for key, value in list(_dict_items(per_param)):
-        if walker.kind_of(type(value)) != "tensor":
+    walker: Walker, path: str, state: dict[Any, Any]
+) -> tuple[list[Any], list[str], list[Optional[str]]]:
+    """Every state tensor, its path and its parameter's device, in state order."""
+    tt, param_path, kind_of = walker.tt, walker.ledger.param_path, walker.kind_of
+    tensors: list[Any] = []
+    paths: list[str] = []
+    expected: list[Optional[str]] = []
+    for i, (param, per_param) in enumerate(list(_dict_items(state))):
+        if not issubclass(type(per_param), dict):
             continue
-        spath = f"{prefix}[{key_text(key) or '?'}]"
-        facts = read_facts(value, tt)
-        nbytes, _ = ledger.count(facts.storage_key, facts.storage_bytes, facts.device, spath)
-        acc.add(facts.device, nbytes, facts.dtype, spath)
-        scalar_step = facts.shape == () and facts.device == "cpu"
-        if pdevice and facts.device != pdevice and not scalar_step:
-            mismatched.append(Member(spath, facts.device, pdevice))
-    return mismatched
+        prefix = f"{path}.state[{param_path.get(id(param)) or f'<param {i}>'}]"
+        pdevice = device_text(tt.get.device(param)) if kind_of(type(param)) == "tensor" else None
+        for key, value in list(_dict_items(per_param)):
+            if kind_of(type(value)) == "tensor":
+                tensors.append(value)
+                paths.append(f"{prefix}[{key_text(key) or '?'}]")
+                expected.append(pdevice)
+    return tensors, paths, expected
+
+
+def _count_state(
+    walker: Walker,
+    tensors: list[Any],
+    paths: list[str],
+    expected: list[Optional[str]],
+    acc: Breakdown,
+) -> list[Member]:
+    """Count the state tensors column-wise, as a module's; those on another device than
+    their parameter (a CPU scalar ``step`` is where it belongs)."""
+    ledger = walker.ledger
+    cols = batch.facts_columns(tensors, walker.tt)
+    if cols is None:
+        where = dict(zip(paths, expected))
+        tensors, paths, cols = ledger.facts_one_by_one(tensors, paths)
+        expected = [where[p] for p in paths]
+    nbytes, _ = ledger.count_many(cols, paths)
+    acc.add_many(cols.device, nbytes, cols.dtype, paths)
+    return [
+        Member(p, d, e)
+        for p, d, e, shape in zip(paths, cols.device, expected, cols.shape)
+        if e and d != e and not (shape == () and d == "cpu")
+    ]
 
 
 def _param_device(walker: Walker, groups: Any) -> str:
