@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from IPython.core.error import UsageError
@@ -12,8 +11,6 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from torchdevmagic.magics._show import show
 
 SORT_KEYS = ("size", "name", "device")  # report.sort_rows understands these
-
-_DEVICE_RE = re.compile(r"^(cpu|meta|mps|xpu|hpu|cuda(:\d+)?)$")
 
 
 def _top(value: str) -> int:
@@ -29,12 +26,14 @@ def _top(value: str) -> int:
 def parse_device(text: Optional[str]) -> Optional[str]:
     if text is None:
         return None
-    device = text.strip().strip("'\"").lower()
-    if not _DEVICE_RE.match(device):
+    from torchdevmagic._device import Device  # not at load: see test_cuda_time_magic
+
+    try:
+        return str(Device.parse(text))
+    except ValueError:
         raise UsageError(
             f"unknown device {text!r}: use cpu, cuda, cuda:N, mps or meta (e.g. %devices cuda:0)"
-        )
-    return device
+        ) from None
 
 
 @magics_class
