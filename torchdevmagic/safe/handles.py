@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
 from torchdevmagic._torch import torch_if_imported
+from torchdevmagic.safe.objects import _type_dict
 
 
 @dataclass
@@ -33,8 +34,12 @@ class Torch:
     storage: Callable[[Any], Any]
     storage_nbytes: Callable[[Any], int]
     strided: Any
+    mkldnn: Any  # torch._mkldnn (None on a build without it)
+    script_tables: tuple[type, ...]  # TorchScript's C++ ParameterDict and BufferDict
     no_subclass_dispatch: Callable[[], Any]
     uninitialized: tuple[type, ...]
+    refuse_dispatch: Callable[[], Any]  # a context in which any __torch_dispatch__ raises
+    default_dispatch: Any  # torch.Tensor's own __torch_dispatch__ (subclasses may differ)
 
     @classmethod
     def from_module(cls, torch: Any) -> Torch:
@@ -72,8 +77,16 @@ class Torch:
             storage=base.untyped_storage,
             storage_nbytes=torch._C.StorageBase.nbytes,
             strided=torch.strided,
+            mkldnn=getattr(torch, "_mkldnn", None),
+            script_tables=tuple(
+                getattr(torch._C, name)
+                for name in ("ParameterDict", "BufferDict")
+                if hasattr(torch._C, name)
+            ),
             no_subclass_dispatch=no_dispatch or contextlib.nullcontext,
             uninitialized=uninit,
+            refuse_dispatch=_refusing_mode(),
+            default_dispatch=_type_dict(torch.Tensor).get("__torch_dispatch__"),
         )
 
 
@@ -88,6 +101,35 @@ class Readers(NamedTuple):
     requires_grad: Callable[[Any], bool]
     grad: Callable[[Any], Any]
     storage_key: Callable[[Any], int]
+
+
+class DispatchRefused(Exception):
+    """A read would have called a ``__torch_dispatch__``: refused before it ran."""
+
+
+_REFUSE: Optional[type] = None
+
+
+def _refusing_mode() -> Callable[[], Any]:
+    """A ``TorchDispatchMode`` that raises :class:`DispatchRefused` on any call. Modes come
+    before subclasses: a read that would reach a subclass's ``__torch_dispatch__`` (a
+    wrapper subclass made with ``dispatch_device=True`` or ``dispatch_sizes_strides_policy``
+    dispatches its ``device`` and ``shape``) meets this mode instead, so no user code runs."""
+    global _REFUSE
+    if _REFUSE is None:
+        try:
+            from torch.utils._python_dispatch import TorchDispatchMode
+        except Exception:  # pragma: no cover - every supported torch has it
+            return contextlib.nullcontext
+
+        class RefuseDispatch(TorchDispatchMode):
+            def __torch_dispatch__(
+                self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+            ) -> Any:
+                raise DispatchRefused(str(func))
+
+        _REFUSE = RefuseDispatch
+    return _REFUSE
 
 
 def handles() -> Optional[Torch]:

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional
 from torchdevmagic.safe.classes import Classifier
 from torchdevmagic.safe.containers import table_items
 from torchdevmagic.safe.handles import Torch, handles
+from torchdevmagic.safe.objects import instance_attributes
 from torchdevmagic.safe.paths import attr_path, attribute_path, is_attribute_name, module_child_path
 
 _dict_items = dict.items
@@ -51,6 +52,8 @@ def module_tree(
         namespaces.append(ns)
         paths.append(mpath)
         children: Any = ns.get("_modules")
+        if type(children) is not dict and not issubclass(type(children), dict):
+            children = script_children(children)
         if type(children) is dict:
             if not children:
                 continue  # a leaf
@@ -85,9 +88,11 @@ def owned_tensors(
     for mpath, ns in zip(module_paths, namespaces):
         tables: tuple[Any, Any] = (ns.get("_parameters"), ns.get("_buffers"))
         for table in tables:
-            if type(table) is not dict and not issubclass(type(table), dict):
-                continue  # a dict subclass is read through dict's own methods
-            for name, t in table_items(table):  # a C-level copy: see plain_tensor_attributes
+            if type(table) is dict or issubclass(type(table), dict):
+                items = table_items(table)  # a dict subclass: through dict's own methods
+            else:
+                items = script_items(table, classes.tt)
+            for name, t in items:  # a C-level copy: see plain_tensor_attributes
                 if t is not None and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor":
                     owned.append(t)
                     owned_paths.append(
@@ -96,6 +101,29 @@ def owned_tensors(
                         else attribute_path(mpath, name)
                     )
     return owned, owned_paths
+
+
+def script_children(table: Any) -> Optional[dict[str, Any]]:
+    """A TorchScript module's submodules: its ``_modules`` is an ``OrderedModuleDict``
+    whose instance dict keeps the Python wrappers in ``_python_modules``."""
+    inner = instance_attributes(table) if table is not None else None
+    found = inner.get("_python_modules") if inner else None
+    return found if type(found) is dict else None
+
+
+def script_items(table: Any, tt: Torch) -> list[tuple[Any, Any]]:
+    """A TorchScript module's parameters or buffers: its table is an
+    ``OrderedDictWrapper`` around a C++ ``torch.ParameterDict``/``BufferDict``, whose
+    ``items()`` is torch's C++ code (no Python of the user's runs)."""
+    inner = instance_attributes(table) if table is not None else None
+    cpp = inner.get("_c") if inner else None
+    if cpp is None or type(cpp) not in tt.script_tables:
+        return []
+    try:
+        found = type(cpp).items(cpp)
+    except Exception:
+        return []
+    return list(found) if type(found) is list else []
 
 
 def plain_tensor_attributes(

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple, Optional
 
 from torchdevmagic._torch import no_torch_function
 from torchdevmagic.safe.handles import Torch, handles
+from torchdevmagic.safe.objects import class_attribute
+from torchdevmagic.safe.wrappers import DEVICE_HOOK, device_key, wrapper_facts
 
 
 class TensorFacts(NamedTuple):
@@ -125,17 +127,25 @@ def _strided_facts(t: Any, tt: Torch, note: str) -> TensorFacts:
 
 
 def _special_facts(t: Any, cls: type, tt: Torch) -> TensorFacts:
-    """Subclasses, fake, lazy and non-strided tensors."""
+    """Subclasses, fake, lazy, wrapper and non-strided tensors."""
+    if tt.fake_types and issubclass(cls, tt.fake_types):
+        return _fake_facts(t, tt)
+    hook = device_key(class_attribute(cls, DEVICE_HOOK))
+    if hook or class_attribute(cls, "__torch_dispatch__") is not tt.default_dispatch:
+        return wrapper_facts(t, tt, hook, read_facts)
     device = device_text(tt.get.device(t))
     dtype = dtype_text(tt.get.dtype(t))
     requires_grad = bool(tt.get.requires_grad(t))
     if tt.uninitialized and issubclass(cls, tt.uninitialized):
         return TensorFacts(device, dtype, None, None, 0, 0, requires_grad, False, "uninitialized")
     has_grad_fn = has_graph(t, tt)
-    if tt.fake_types and issubclass(cls, tt.fake_types):
-        shape = safe_shape(t, tt)
-        return TensorFacts(device, dtype, shape, None, 0, 0, requires_grad, has_grad_fn, "fake")
     layout = tt.get_layout(t)
+    if layout is tt.mkldnn:  # no storage object: numel * itemsize is what it holds
+        nbytes = tt.get.nbytes(t)
+        shape = safe_shape(t, tt)
+        return TensorFacts(
+            device, dtype, shape, None, nbytes, nbytes, requires_grad, False, "_mkldnn"
+        )
     if layout is not tt.strided:
         note = str(layout).replace("torch.", "")
         key, nbytes = _component_storage(t, tt)
@@ -144,6 +154,23 @@ def _special_facts(t: Any, cls: type, tt: Torch) -> TensorFacts:
             device, dtype, shape, key, nbytes, nbytes, requires_grad, has_grad_fn, note
         )
     return _strided_facts(t, tt, "")
+
+
+def _fake_facts(t: Any, tt: Torch) -> TensorFacts:
+    """FakeTensor (torch's): its device is read as torch's own code reports it; no memory."""
+    device = device_text(tt.get.device(t))
+    requires_grad = bool(tt.get.requires_grad(t))
+    return TensorFacts(
+        device,
+        dtype_text(tt.get.dtype(t)),
+        safe_shape(t, tt),
+        None,
+        0,
+        0,
+        requires_grad,
+        has_graph(t, tt),
+        "fake",
+    )
 
 
 def has_graph(t: Any, tt: Torch) -> bool:
