@@ -84,6 +84,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _cuda_available,
             "needs a CUDA GPU (run on a GPU machine: pytest -m cuda)",
         ),
+        "no_cuda": (
+            lambda: not _cuda_available(),
+            "asserts the no-GPU path, and this machine has a CUDA GPU",
+        ),
         "fake_cuda": (
             _fake_cuda_works,
             f"torch {torch_version} cannot build a FakeTensor on cuda without a CUDA driver",

@@ -25,6 +25,7 @@ def run(shell: Any, code: str) -> Any:
     return result.result
 
 
+@pytest.mark.no_cuda  # "No GPU visible to torch"
 def test_devices_prints_rows_for_the_users_variables(shell: Any, capsys: Any) -> None:
     run(shell, SETUP)
     capsys.readouterr()

@@ -57,8 +57,20 @@ def gather(
         pip.parent.mkdir(parents=True, exist_ok=True)
         pip.write_text(pip_shebang + "\nimport sys\n")
         paths["pip"] = str(pip)
+    environ = environ or {}
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    extra: dict[str, Any] = {}
+    if isinstance(cuda, FakeCuda):  # torch reads the same environment and the same driver
+        cuda.environ = environ
+        # pynvml missing (nv None) is not the driver's NVML missing; an init error is.
+        cuda.nvml_ok = nv is None or not nv.init_error
+        fake = cuda
+        # What a fresh interpreter would read; whether cuInit ran in this (fake) process.
+        extra["arch_flags"] = lambda: " ".join(fake.arch_list)
+        extra["driver_loaded"] = lambda: bool(fake.driver_inits) or fake.initialised
     return collect_facts(
-        environ=environ or {},
+        **_supported(extra),
+        environ=environ,
         executable=str(kernel),
         which=paths.get,
         nvml=Nvml(load=lambda: nv),
@@ -67,6 +79,14 @@ def gather(
         modules=modules or {},
         python_version="3.11.7",
     )
+
+
+def _supported(extra: dict[str, Any]) -> dict[str, Any]:
+    """The injections this collect_facts takes (so the tests also run, and fail for the right
+    reason, on the code before them)."""
+    import inspect
+
+    return {k: v for k, v in extra.items() if k in inspect.signature(collect_facts).parameters}
 
 
 def verdict(tmp_path: Path, *args: Any, **kwargs: Any) -> EnvReport:
@@ -317,6 +337,7 @@ def test_real_machine_verdict() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.cuda  # on a CPU-only build it cannot fail; the fake-driven tests above can
 def test_collecting_facts_does_not_initialise_cuda() -> None:
     code = textwrap.dedent(
         """
@@ -377,3 +398,202 @@ def test_magic_wrong_option_is_usage_error(shell: Any) -> None:
 def test_magic_help_documents_env(shell: Any) -> None:
     doc = shell.find_line_magic("devices").__doc__
     assert "%devices --env" in doc
+
+
+# ------------------------------------------------------------------------ looking touches nothing
+# Each world below is one where torch 2.13 itself would initialise the driver or register its
+# fork handler if we asked it the obvious question (see tests/_gpu_fakes.py for the sources).
+
+
+def _untouched(cuda: FakeCuda) -> None:
+    assert cuda.driver_inits == [], "cuInit ran (torch.cuda.is_available / device_count fallback)"
+    assert not cuda.fork_poisoned, "torch's fork handler was registered: fork children fail"
+    assert cuda.context_calls == [], "a CUDA context would have been created"
+
+
+def test_cudnn_version_is_read_without_initialising_cuda(tmp_path: Path) -> None:
+    # torch.backends.cudnn.version()'s first call runs is_available() and
+    # get_device_capability(i), so `%devices --env` initialised CUDA.
+    cuda = FakeCuda(count=1, arch_list=ARCHS)
+    facts = gather(tmp_path, fake_torch(cuda, cudnn=91002), FakePynvml([FakeGpu(UUID_A)]))
+    assert facts.cudnn_version == 91002 and not facts.cuda_initialized
+    _untouched(cuda)
+
+
+@pytest.mark.parametrize(
+    ("environ", "torch_nvml"),
+    [
+        ({}, True),  # the arch flags alone (torch._C._cuda_getArchFlags) poison fork
+        ({"CUDA_VISIBLE_DEVICES": "MIG-" + UUID_A[4:]}, True),  # torch skips MIG: falls back
+        ({}, False),  # torch's own NVML probe cannot load libnvidia-ml: falls back
+    ],
+)
+def test_collecting_facts_does_not_poison_fork(
+    tmp_path: Path, environ: dict[str, str], torch_nvml: bool
+) -> None:
+    cuda = FakeCuda(count=1, arch_list=ARCHS)
+    nv = FakePynvml([FakeGpu(UUID_A, mig=[FakeGpu("MIG-" + UUID_A[4:])])])
+    kernel = tmp_path / "python"
+    kernel.write_text("")
+    cuda.environ, cuda.nvml_ok = environ, torch_nvml
+    facts = collect_facts(
+        environ=environ,
+        executable=str(kernel),
+        which=lambda _: None,
+        nvml=Nvml(load=lambda: nv),
+        torch_module=fake_torch(cuda),
+        **_supported(
+            {
+                "arch_flags": lambda: " ".join(cuda.arch_list),  # what a fresh interpreter reads
+                "driver_loaded": lambda: bool(cuda.driver_inits),
+            }
+        ),
+    )
+    _untouched(cuda)
+    assert facts.device_count == 1 and facts.arch_list == ARCHS
+
+
+def test_arch_list_read_directly_once_cuda_is_initialised(tmp_path: Path) -> None:
+    cuda = FakeCuda(
+        count=1,
+        initialised=True,
+        names=("n",),
+        uuids=("u",),
+        capabilities=((8, 0),),
+        arch_list=ARCHS,
+    )
+    facts = collect_facts(
+        environ={},
+        executable=sys.executable,
+        which=lambda _: None,
+        nvml=Nvml(load=lambda: None),
+        torch_module=fake_torch(cuda),
+        arch_flags=lambda: pytest.fail("no fresh interpreter needed once CUDA is initialised"),
+    )
+    assert facts.arch_list == ARCHS
+
+
+def test_arch_flags_elsewhere_runs_a_fresh_interpreter_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torchdevmagic.env import facts as env_facts
+
+    calls: list[list[str]] = []
+
+    def run(cmd: list[str], **kwargs: Any) -> Any:
+        calls.append(cmd)
+        assert kwargs["env"]["CUDA_VISIBLE_DEVICES"] == ""
+        return subprocess.CompletedProcess(cmd, 0, stdout="sm_80 sm_90\n", stderr="")
+
+    monkeypatch.setattr(env_facts.subprocess, "run", run)
+    monkeypatch.setattr(env_facts, "_ARCH_CACHE", {})
+    assert env_facts.arch_flags_elsewhere() == "sm_80 sm_90"
+    assert env_facts.arch_flags_elsewhere() == "sm_80 sm_90"
+    assert len(calls) == 1 and calls[0][0] == sys.executable
+    assert "_cuda_getArchFlags" in calls[0][-1]
+
+
+def _fake_world(monkeypatch: pytest.MonkeyPatch, cuda: FakeCuda, nv: FakePynvml) -> None:
+    """The process-wide defaults (%devices, %devices --env, scan()) see a fake torch and NVML."""
+    from torchdevmagic.env import facts as env_facts
+    from torchdevmagic.gpu import memory as gpu_memory
+    from torchdevmagic.gpu import nvml as gpu_nvml
+
+    torch = fake_torch(cuda)
+    monkeypatch.setattr(gpu_nvml, "_DEFAULT_NVML", Nvml(load=lambda: nv))
+    monkeypatch.setattr(gpu_memory, "torch_if_imported", lambda: torch)
+    monkeypatch.setattr(env_facts, "_import_torch", lambda: torch)
+    flags = lambda: " ".join(cuda.arch_list)  # noqa: E731 - what a fresh interpreter reads
+    monkeypatch.setattr(env_facts, "arch_flags_elsewhere", flags, raising=False)
+    loaded = lambda: bool(cuda.driver_inits)  # noqa: E731
+    monkeypatch.setattr(env_facts, "cuda_driver_loaded", loaded, raising=False)
+
+
+@pytest.mark.parametrize("visible", [None, "MIG-" + UUID_A[4:]])
+def test_fork_after_devices_env_and_scan(
+    shell: Any, monkeypatch: pytest.MonkeyPatch, visible: Optional[str]
+) -> None:
+    """`%devices`, `%devices --env` and scan(), then a DataLoader(num_workers>0) or os.fork():
+    the child must still be able to initialise CUDA, so nothing of ours may poison fork."""
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    import os
+
+    cuda = FakeCuda(count=1, arch_list=ARCHS, nvml_ok=False, environ=os.environ)
+    _fake_world(
+        monkeypatch, cuda, FakePynvml([FakeGpu(UUID_A, mig=[FakeGpu("MIG-" + UUID_A[4:])])])
+    )
+    for cell in (
+        "import torch\nx = torch.zeros(3)",
+        "%devices",
+        "%devices --env",
+        "import torchdevmagic\ntorchdevmagic.scan()",
+    ):
+        assert shell.run_cell(cell).error_in_exec is None, cell
+    _untouched(cuda)
+
+
+def test_devices_hidden_after_the_driver_started_says_restart(tmp_path: Path) -> None:
+    # torch.cuda.is_available() runs cuInit without initialising torch's CUDA state: the
+    # driver has read CUDA_VISIBLE_DEVICES already, so changing it now does nothing.
+    nv = FakePynvml([FakeGpu(UUID_A)])
+    torch = cuda_torch(count=0)
+    torch.cuda.environ = {"CUDA_VISIBLE_DEVICES": ""}
+    assert torch.cuda.is_available() is False  # what the user ran before asking us
+    report = verdict(tmp_path, torch, nv, environ={"CUDA_VISIBLE_DEVICES": ""})
+    assert report.code == "devices_hidden" and not report.raw.cuda_initialized
+    assert "takes effect now" not in report.fix and "restart the kernel" in report.fix
+
+
+def test_cuda_driver_loaded_reads_the_process_map(tmp_path: Path) -> None:
+    from torchdevmagic.env.facts import cuda_driver_loaded
+
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54\n")
+    assert cuda_driver_loaded(str(maps)) is True
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/libc.so.6\n")
+    assert cuda_driver_loaded(str(maps)) is False
+    assert cuda_driver_loaded(str(tmp_path / "missing")) is None
+    assert cuda_driver_loaded() is False  # this process: a CPU-only build never loads libcuda
+
+
+def test_driver_too_old_for_a_cuda13_build_names_the_wheel(tmp_path: Path) -> None:
+    # PyPI's torch 2.13 is built for CUDA 13; a driver for CUDA 12.4 cannot run it, though NVML
+    # (and torch's NVML-based count) sees the GPU.
+    nv = FakePynvml(
+        [FakeGpu(UUID_A, name="Tesla T4", cc=(7, 5))], driver="550.54.15", cuda_driver=12040
+    )
+    torch = fake_torch(
+        FakeCuda(count=1, arch_list=ARCHS), version="2.13.0+cu130", cuda_version="13.0"
+    )
+    report = verdict(tmp_path, torch, nv)
+    assert report.code == "driver_too_old"
+    assert "torch cannot use the 1 GPU(s) NVML sees" in report.headline
+    assert "`%pip install torch --index-url https://download.pytorch.org/whl/cu124`" in report.fix
+
+
+@pytest.mark.slow
+def test_pip_that_is_a_fifo_does_not_block(tmp_path: Path) -> None:
+    """A FIFO named pip on PATH: open() would wait for a writer forever (issue 18, item 10)."""
+    import os
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.mkfifo(bindir / "pip")
+    os.chmod(bindir / "pip", 0o755)
+    code = textwrap.dedent(
+        f"""
+        import json
+        from torchdevmagic.env import collect_facts
+        facts = collect_facts(which=lambda name: {str(bindir)!r} + "/" + name
+                              if name == "pip" else None, torch_module=None)
+        print(json.dumps([facts.pip_path, facts.pip_python, facts.pip_matches]))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    pip_path, pip_python, _ = json.loads(out.stdout.strip().splitlines()[-1])
+    assert pip_path == str(bindir / "pip") and pip_python is None

@@ -31,7 +31,13 @@ def backend(
     torch: Any,
     environ: Optional[dict[str, str]] = None,
 ) -> GpuBackend:
-    return GpuBackend(torch=torch, nvml=Nvml(load=lambda: nv), environ=environ or {})
+    environ = environ or {}
+    cuda = getattr(torch, "cuda", None) if torch is not None else None
+    if isinstance(cuda, FakeCuda):  # torch reads the same environment and the same driver
+        cuda.environ = environ
+        # pynvml missing (nv None) is not the driver's NVML missing; an init error is.
+        cuda.nvml_ok = nv is None or not nv.init_error
+    return GpuBackend(torch=torch, nvml=Nvml(load=lambda: nv), environ=environ)
 
 
 def test_visible_devices_index_order_is_respected() -> None:
@@ -129,10 +135,18 @@ def test_nvml_not_installed_gives_na_and_one_note() -> None:
 
 def test_nvml_init_failure_is_cached() -> None:
     nv = FakePynvml(two_gpus(), init_error="Driver Not Loaded")
-    b = backend(nv, fake_torch(FakeCuda(count=1)))
-    (first,) = device_memory(backend=b)
+    cuda = FakeCuda(count=1)
+    b = backend(nv, fake_torch(cuda))
+    device_memory(backend=b)
     device_memory(backend=b)
     assert nv.init_calls == 1 and nv.shutdown_calls == 0
+    # Without NVML, torch's count would need cudaGetDeviceCount (cuInit + fork handler): the
+    # GPUs are not listed until CUDA is initialised, and fork stays usable.
+    assert device_memory(backend=b) == []
+    assert not cuda.fork_poisoned and cuda.driver_inits == []
+    cuda.initialised = True
+    cuda.allocated, cuda.uuids, cuda.names = (0,), ("x",), ("GPU",)
+    (first,) = device_memory(backend=b)
     assert "NVML not available (Driver Not Loaded)" in first.notes
 
 
@@ -210,14 +224,12 @@ def test_mixed_models_by_index_warn_about_device_order() -> None:
 
 
 def test_torch_count_beyond_nvml_mapping_is_na() -> None:
-    # e.g. a legacy MIG-GPU-<uuid>/<gi>/<ci> entry we cannot map, while torch counts 1.
-    b = backend(
-        FakePynvml(two_gpus()),
-        fake_torch(FakeCuda(count=1)),
-        {"CUDA_VISIBLE_DEVICES": "MIG-GPU-x/1/0"},
-    )
+    # e.g. a legacy MIG-GPU-<uuid>/<gi>/<ci> entry we cannot map, while torch counts 1 (once
+    # CUDA is initialised: before, torch's count would initialise the driver).
+    cuda = FakeCuda(count=1, initialised=True, uuids=("x",), names=("GPU",), allocated=(0,))
+    b = backend(FakePynvml(two_gpus()), fake_torch(cuda), {"CUDA_VISIBLE_DEVICES": "MIG-GPU-x/1/0"})
     (record,) = device_memory(backend=b)
-    assert record.nvml_total_bytes is None and "no matching NVML device" in record.notes
+    assert record.nvml_total_bytes is None and "NVML has no device with UUID x" in record.notes
 
 
 def test_mps_record() -> None:
@@ -300,3 +312,67 @@ def test_real_gpu_uninitialised_process_gets_names_without_context() -> None:
     initialised, names, totals = json.loads(out.stdout.strip().splitlines()[-1])
     assert initialised is False
     assert names and all(names) and all(t and t > 0 for t in totals)
+
+
+# ------------------------------------------------------------------------ unkind worlds
+
+
+@pytest.mark.parametrize(
+    ("visible", "torch_nvml"),
+    [(None, False), (MIG_2, True)],  # torch's NVML probe cannot load; torch skips MIG UUIDs
+)
+def test_counting_gpus_does_not_initialise_the_driver_or_poison_fork(
+    visible: Optional[str], torch_nvml: bool
+) -> None:
+    """torch.cuda.device_count() falls back to cudaGetDeviceCount (cuInit + torch's fork
+    handler) exactly here: our own NVML mapping answers instead."""
+    parent = FakeGpu(UUID_A, mig=[FakeGpu(MIG_1), FakeGpu(MIG_2, used=2 * GiB, total=20 * GiB)])
+    cuda = FakeCuda(count=1)
+    environ = {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
+    b = backend(FakePynvml([parent] if visible else two_gpus()), fake_torch(cuda), environ)
+    cuda.nvml_ok = torch_nvml
+    records = device_memory(backend=b)
+    assert cuda.driver_inits == [] and not cuda.fork_poisoned and cuda.context_calls == []
+    if visible:
+        (record,) = records
+        assert record.uuid == MIG_2 and record.nvml_total_bytes == 20 * GiB
+    else:
+        assert [r.uuid for r in records] == [UUID_A, UUID_B]
+
+
+def test_nvml_used_is_v2_without_driver_reserved_memory() -> None:
+    reserved = 600 * 2**20
+    gpu = FakeGpu(UUID_A, used=1 * GiB, reserved=reserved, total=80 * GiB)
+    (record,) = device_memory(backend=backend(FakePynvml([gpu]), fake_torch(FakeCuda(count=1))))
+    assert record.nvml_used_bytes == 1 * GiB
+    assert not [n for n in record.notes if "reserved" in n]
+    old_driver = FakePynvml([gpu], memory_v2=False)
+    (record,) = device_memory(backend=backend(old_driver, fake_torch(FakeCuda(count=1))))
+    assert record.nvml_used_bytes == 1 * GiB + reserved
+    assert "NVML used includes driver-reserved memory (this driver has no v2)" in record.notes
+
+
+def test_nvml_v2_against_the_installed_pynvml() -> None:
+    """The fake's v1/v2 shapes are pynvml's: the version constant, the v2 struct's fields."""
+    pynvml = pytest.importorskip("pynvml")
+    assert pynvml.nvmlMemory_v2 == FakePynvml.nvmlMemory_v2
+    fields = [name for name, _ in pynvml.c_nvmlMemory_v2_t._fields_]
+    assert fields == ["version", "total", "reserved", "free", "used"]
+    assert [name for name, _ in pynvml.c_nvmlMemory_t._fields_] == ["total", "free", "used"]
+
+
+def test_bytes_uuids_and_mig_mode_zero_on_a_mig_capable_gpu() -> None:
+    # nvidia-ml-py 11.x returns bytes; an H100 without MIG answers [0, 0], not "Not Supported".
+    nv = FakePynvml([FakeGpu(UUID_A, name="NVIDIA H100 80GB HBM3")], bytes_strings=True)
+    cuda = FakeCuda(count=1)
+    (record,) = device_memory(
+        backend=backend(nv, fake_torch(cuda), {"CUDA_VISIBLE_DEVICES": UUID_A})
+    )
+    assert record.uuid == UUID_A and record.name == "NVIDIA H100 80GB HBM3"
+    assert not [n for n in record.notes if "MIG" in n]
+    assert nv.nvmlDeviceGetMigMode(nv.gpus[0]) == [0, 0]
+    initialised = FakeCuda(
+        count=1, initialised=True, uuids=(UUID_A[4:],), names=("x",), allocated=(1,)
+    )
+    (record,) = device_memory(backend=backend(nv, fake_torch(initialised)))
+    assert record.uuid == UUID_A and record.nvml_total_bytes == 40 * GiB

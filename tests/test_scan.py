@@ -925,10 +925,18 @@ def test_without_torch_imported_there_is_nothing_to_find() -> None:
 
 
 def test_scan_does_not_initialise_cuda() -> None:
-    assert not torch.cuda.is_initialized()
-    report = scan({"x": torch.zeros(1)})
-    assert report.gpus_checked
-    assert not torch.cuda.is_initialized()
+    # Against a fake torch.cuda as unkind as torch's (not this process's CPU-only torch, where
+    # nothing could initialise, nor its state, which an earlier test may have changed).
+    from _gpu_fakes import FakeCuda, FakeGpu, FakePynvml, fake_torch
+
+    from torchdevmagic.gpu import GpuBackend, Nvml
+
+    cuda = FakeCuda(count=1, nvml_ok=False)  # torch.cuda.device_count() would run cuInit here
+    nv = FakePynvml([FakeGpu("GPU-aaaa")])
+    backend = GpuBackend(torch=fake_torch(cuda), nvml=Nvml(load=lambda: nv), environ={})
+    report = scan({"x": torch.zeros(1)}, gpu_backend=backend)
+    assert report.gpus_checked and [g.device for g in report.gpus] == ["cuda:0"]
+    assert cuda.driver_inits == [] and not cuda.fork_poisoned and cuda.context_calls == []
 
 
 def test_default_namespace_is_the_callers_globals() -> None:

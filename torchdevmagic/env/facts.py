@@ -10,12 +10,15 @@ import os
 import platform as _platform
 import re
 import shutil
+import stat
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Optional
 
+from torchdevmagic.gpu.memory import quiet_device_count
 from torchdevmagic.gpu.nvml import Nvml, _error_text, default_nvml, visible_devices
 
 _UNSET: Any = object()
@@ -56,6 +59,7 @@ class EnvFacts:
     driver_cuda: Optional[str] = None  # newest CUDA the driver supports, e.g. "12.4"
     cuda_visible_devices: Optional[str] = None
     cvd_rejected: Optional[str] = None  # the CUDA_VISIBLE_DEVICES entry that matched nothing
+    driver_loaded: Optional[bool] = None  # libcuda in this process: cuInit may have run
     nvidia_smi: Optional[str] = None
     mps_available: bool = False
     xpu_available: bool = False
@@ -96,8 +100,18 @@ def collect_facts(
     platform: str = sys.platform,
     modules: Mapping[str, Any] = sys.modules,
     python_version: Optional[str] = None,
+    arch_flags: Optional[Callable[[], Optional[str]]] = None,
+    driver_loaded: Optional[Callable[[], Optional[bool]]] = None,
 ) -> EnvFacts:
-    """Gather the facts without creating a CUDA context; never raises for missing pieces."""
+    """Gather the facts without creating a CUDA context, initialising the driver or poisoning
+    fork; never raises for missing pieces.
+
+    ``arch_flags`` reads the build's arch list where reading it here would poison fork (CUDA
+    not initialised yet): by default, with the real torch, a fresh interpreter does it; with an
+    injected ``torch_module`` and no ``arch_flags`` it stays unknown until CUDA is initialised.
+    ``driver_loaded`` says whether the CUDA driver library is loaded in this process (so
+    ``cuInit`` may have run); by default read from ``/proc/self/maps``.
+    """
     notes: list[str] = []
     nvml = nvml if nvml is not None else default_nvml()
     facts: dict[str, Any] = {
@@ -119,10 +133,16 @@ def collect_facts(
         except Exception as exc:
             torch = None
             facts["torch_error"] = f"{type(exc).__name__}: {exc}"
+    if arch_flags is None and torch_module is _UNSET:
+        arch_flags = arch_flags_elsewhere
     facts.update(_nvml_facts(nvml, notes))
     if torch is not None:
         facts.update(_torch_facts(torch, notes))
         facts.update(_device_facts(torch, nvml, environ, facts, notes))
+        if facts.get("cuda_built"):
+            facts["arch_list"] = _arch_list(torch, facts, arch_flags, notes)
+            loaded = (driver_loaded or cuda_driver_loaded)()
+            facts["driver_loaded"] = True if facts.get("cuda_initialized") else loaded
     return EnvFacts(**facts, notes=tuple(notes))
 
 
@@ -144,19 +164,70 @@ def _torch_facts(torch: Any, notes: list[str]) -> dict[str, Any]:
         "xpu_available": bool(_try(lambda: torch.xpu.is_available(), notes, "xpu", False)),  # noqa: PLW0108
     }
     if built:
-        out["arch_list"] = tuple(_try(lambda: _arch_list(torch), notes, "arch list", ()))
-        out["cudnn_version"] = _try(torch.backends.cudnn.version, notes, "cuDNN")
+        out["cudnn_version"] = _try(lambda: _cudnn_version(torch, initialised), notes, "cuDNN")
     return out
 
 
-def _arch_list(torch: Any) -> list[str]:
-    # The compile flags are a constant of the build; some older releases guarded
-    # get_arch_list() with is_available(), which initialises the driver.
-    flags = getattr(getattr(torch, "_C", None), "_cuda_getArchFlags", None)
-    if callable(flags):
-        text = flags()
-        return text.split() if text else []
-    return list(torch.cuda.get_arch_list())
+def _cudnn_version(torch: Any, initialised: bool) -> Optional[int]:
+    """torch.backends.cudnn.version(), except before CUDA is initialised: there its first call
+    runs ``torch.cuda.is_available()`` and ``get_device_capability(i)`` (driver initialisation,
+    fork handler, then CUDA itself), so we ask cuDNN directly, as that call does first."""
+    if initialised:
+        version = torch.backends.cudnn.version()
+        return int(version) if version else None
+    cudnn = getattr(getattr(torch, "_C", None), "_cudnn", None)
+    if cudnn is None:
+        return None  # built without cuDNN
+    return int(cudnn.getVersionInt())
+
+
+def _arch_list(
+    torch: Any,
+    facts: Mapping[str, Any],
+    elsewhere: Optional[Callable[[], Optional[str]]],
+    notes: list[str],
+) -> tuple[str, ...]:
+    """The build's arch flags. ``torch._C._cuda_getArchFlags()`` (behind
+    ``torch.cuda.get_arch_list()``) registers torch's fork handler, so before CUDA is
+    initialised it is read in a fresh interpreter, and only when a GPU's compute capability
+    is known to compare it with."""
+    if facts.get("cuda_initialized"):
+        text = _try(lambda: torch._C._cuda_getArchFlags(), notes, "arch list")  # noqa: PLW0108
+    elif elsewhere is not None and any(d.capability for d in facts.get("devices", ())):
+        text = _try(elsewhere, notes, "arch list")
+    else:
+        return ()
+    return tuple(str(text).split()) if text else ()
+
+
+_ARCH_SCRIPT = "import torch; print(torch._C._cuda_getArchFlags() or '')"
+_ARCH_CACHE: dict[str, Optional[str]] = {}
+
+
+def arch_flags_elsewhere() -> Optional[str]:
+    """The arch flags of this interpreter's torch, read by a fresh interpreter (once per
+    process: they are a constant of the build), so this one's fork stays clean."""
+    if sys.executable not in _ARCH_CACHE:
+        out = subprocess.run(
+            [sys.executable, "-c", _ARCH_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},  # nothing there touches a GPU
+        )
+        _ARCH_CACHE[sys.executable] = out.stdout.strip() or None
+    return _ARCH_CACHE[sys.executable]
+
+
+def cuda_driver_loaded(maps: str = "/proc/self/maps") -> Optional[bool]:
+    """Whether the CUDA driver library (``libcuda``) is mapped into this process: if not,
+    ``cuInit`` has not run here and ``CUDA_VISIBLE_DEVICES`` still takes effect. ``None``
+    where the process map cannot be read (not Linux)."""
+    text = read_regular_file(maps, limit=None)
+    if text is None:
+        return None
+    return "libcuda.so" in text
 
 
 def _nvml_facts(nvml: Nvml, notes: list[str]) -> dict[str, Any]:
@@ -181,9 +252,11 @@ def _device_facts(
 ) -> dict[str, Any]:
     if not facts.get("cuda_built"):
         return {}
-    count = int(_try(torch.cuda.device_count, notes, "device count", 0) or 0)
     listed = [] if facts.get("nvml_error") else _try(nvml.devices, [], "NVML devices", [])
     visible = visible_devices(environ.get("CUDA_VISIBLE_DEVICES"), listed)
+    quiet = _try(lambda: quiet_device_count(torch), notes, "device count")
+    # torch's count where it can tell without initialising the driver, else NVML's mapping.
+    count = len(visible.devices) if quiet is None else quiet
     if facts.get("cuda_initialized"):
         # A context exists already: torch's answers cost nothing more.
         available = bool(_try(torch.cuda.is_available, notes, "is_available", False))
@@ -236,11 +309,8 @@ def _pip_facts(executable: str, which: Callable[[str], Optional[str]]) -> dict[s
 
 def _script_interpreter(path: str, which: Callable[[str], Optional[str]]) -> Optional[str]:
     """The Python a console script runs, from its shebang (first lines only; nothing run)."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(1024).decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
+    text = read_regular_file(path, limit=1024)
+    head = text.splitlines() if text is not None else []
     if not head or not head[0].startswith("#!"):
         return None
     command = head[0][2:].strip()
@@ -258,6 +328,28 @@ def _script_interpreter(path: str, which: Callable[[str], Optional[str]]) -> Opt
     if "python" not in os.path.basename(parts[0]):
         return None  # e.g. a pyenv bash shim: which python it runs is not in the file
     return parts[0]
+
+
+def read_regular_file(path: str, limit: Optional[int]) -> Optional[str]:
+    """Up to ``limit`` bytes of ``path`` as text, or ``None`` if it is not a regular file or
+    cannot be read. Opened non-blocking and checked on the open descriptor, so a FIFO, a
+    device or a socket on ``PATH`` is never waited on (a plain ``open()`` of a FIFO blocks
+    until a writer comes)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read() if limit is None else fh.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace")
 
 
 def _same_dir(a: str, b: str) -> bool:

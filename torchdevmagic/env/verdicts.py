@@ -109,10 +109,16 @@ def _devices_hidden(f: EnvFacts) -> Optional[Verdict]:
     why = "empty" if not cvd.strip() else ("-1" if cvd.strip() == "-1" else None)
     why = why or (f"no GPU matches {f.cvd_rejected!r}" if f.cvd_rejected else "matches no GPU")
     gpus = f" ({present} GPU(s) present)" if present else ""
+    # The driver reads the variable once, in cuInit: torch.cuda.is_available() runs cuInit
+    # without initialising torch's CUDA state, so "not initialised" is not enough to say "now".
     when = (
-        "restart the kernel after setting it (CUDA is already initialised)"
-        if f.cuda_initialized
-        else "it takes effect now, as CUDA is not initialised yet"
+        "it takes effect now: the CUDA driver is not loaded in this process yet"
+        if f.driver_loaded is False
+        else "then restart the kernel and set it again before anything touches CUDA: the "
+        "driver read the old value when it started in this process"
+        if f.driver_loaded
+        else "restart the kernel and set it before anything touches CUDA (the driver reads it "
+        "once, when it starts)"
     )
     return Verdict(
         "devices_hidden",
@@ -140,13 +146,31 @@ def _driver_too_old(f: EnvFacts) -> Optional[Verdict]:
     need, have = _version_tuple(f.torch_cuda), _version_tuple(f.driver_cuda)
     if not f.cuda_built or need is None or have is None or have[0] >= need[0]:
         return None
+    gpus = f"the {f.nvml_gpu_count} GPU(s) NVML sees" if f.nvml_gpu_count else "the GPU"
+    wheel = wheel_for(have)
+    install = (
+        f"`%pip install torch --index-url {WHEEL_INDEX}/{wheel}` (the {wheel} build, if your "
+        f"torch version has one: see {SELECTOR}), then restart the kernel"
+        if wheel
+        else f"a torch build for CUDA {f.driver_cuda} or older from {SELECTOR}"
+    )
     return Verdict(
         "driver_too_old",
         f"the NVIDIA driver {f.driver_version} supports CUDA up to {f.driver_cuda}, but torch "
-        f"{f.torch_version} is built for CUDA {f.torch_cuda}",
-        f"update the NVIDIA driver to one for CUDA {f.torch_cuda}, or install a torch build "
-        f"for CUDA {f.driver_cuda} or older (see {SELECTOR})",
+        f"{f.torch_version} is built for CUDA {f.torch_cuda}: torch cannot use {gpus}",
+        f"install {install}; or update the NVIDIA driver to one for CUDA {f.torch_cuda}",
     )
+
+
+WHEEL_INDEX = "https://download.pytorch.org/whl"
+# CUDA versions PyTorch has published wheels for (cuXY index URLs), oldest first.
+_CUDA_WHEELS = ((11, 8), (12, 1), (12, 4), (12, 6), (12, 8), (12, 9), (13, 0))
+
+
+def wheel_for(driver_cuda: tuple[int, int]) -> Optional[str]:
+    """The newest ``cuXY`` wheel tag a driver supporting ``driver_cuda`` can run, or ``None``."""
+    fitting = [w for w in _CUDA_WHEELS if w <= driver_cuda]
+    return f"cu{fitting[-1][0]}{fitting[-1][1]}" if fitting else None
 
 
 def _arch_missing(f: EnvFacts) -> Optional[Verdict]:

@@ -30,6 +30,28 @@ T = TypeVar("T")
 _UNSET: Any = object()
 
 
+def quiet_device_count(torch: Any) -> Optional[int]:
+    """torch's CUDA device count, read without initialising the driver or poisoning fork.
+
+    Once CUDA is initialised, ``torch.cuda.device_count()`` (cached by torch; fork is poisoned
+    by then anyway). Before, torch's NVML-based count (``_device_count_nvml``, or
+    ``_device_count_amdsmi`` on ROCm), and ``None`` when that cannot say (NVML not loadable, a
+    ``MIG-`` UUID in ``CUDA_VISIBLE_DEVICES``): there ``torch.cuda.device_count()`` falls back
+    to ``cudaGetDeviceCount``, which runs ``cuInit`` and registers torch's fork handler, so a
+    ``DataLoader`` with fork workers or any ``os.fork()`` child that uses CUDA then fails
+    with "Cannot re-initialize CUDA in forked subprocess".
+    """
+    cuda = torch.cuda
+    if cuda_initialized(torch):
+        return int(cuda.device_count())
+    hip = getattr(getattr(torch, "version", None), "hip", None)
+    probe = getattr(cuda, "_device_count_amdsmi" if hip else "_device_count_nvml", None)
+    if probe is None:
+        return None  # an older torch without the NVML-based count: do not guess, do not poison
+    count = int(probe())
+    return count if count >= 0 else None
+
+
 class GpuBackend:
     """Torch-side and NVML-side facts, with real defaults.
 
@@ -75,9 +97,10 @@ class GpuBackend:
         torch = self.torch
         return torch is not None and cuda_initialized(torch)
 
-    def device_count(self) -> int:
-        """torch's count: NVML-based (no context) until CUDA is initialised."""
-        return int(self.torch.cuda.device_count())
+    def device_count(self) -> Optional[int]:
+        """torch's count, or ``None`` where reading it would initialise the driver: see
+        :func:`quiet_device_count`."""
+        return quiet_device_count(self.torch)
 
     # The next three need a context: only called once CUDA is initialised.
     def device_uuid(self, index: int) -> str:
@@ -156,12 +179,11 @@ def _cuda_records(backend: GpuBackend, named: Mapping[str, int]) -> list[DeviceM
         order_note = None
     else:
         visible = visible_devices(backend.environ.get("CUDA_VISIBLE_DEVICES"), nvml_devices)
-        # torch's own count, when torch is here: it also knows devices NVML cannot list.
-        count = (
-            len(visible.devices)
-            if built is None
-            else (_attempt(backend.device_count, notes, "torch") or 0)
-        )
+        # torch's own count, when torch is here and can tell without initialising the driver:
+        # it also knows devices NVML cannot list. Otherwise (MIG UUIDs, no NVML for torch) our
+        # own NVML mapping.
+        quiet = None if built is None else _attempt(backend.device_count, notes, "torch")
+        count = len(visible.devices) if quiet is None else quiet
         mapped = [(d, None) for d in visible.devices]
         order_note = _order_note(backend.environ, visible, backend.nvml)
 
@@ -232,7 +254,9 @@ def _cuda_record(  # noqa: PLR0917 - private helper, one call site
         if name is None:
             name = _attempt(lambda: nvml.name(device.handle), notes, "NVML name")
         mem = _attempt(lambda: nvml.memory(device.handle), notes, "NVML memory")
-        used, total = mem if mem is not None else (None, None)
+        used, total, v2 = mem if mem is not None else (None, None, True)
+        if not v2:
+            notes.append("NVML used includes driver-reserved memory (this driver has no v2)")
         util = _attempt(lambda: nvml.utilization(device.handle), notes, "NVML utilization")
         if device.mig_enabled:
             notes.append(

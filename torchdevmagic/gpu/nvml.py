@@ -124,10 +124,20 @@ class Nvml:
     def name(self, handle: Any) -> str:
         return _text(self._module.nvmlDeviceGetName(handle))
 
-    def memory(self, handle: Any) -> tuple[int, int]:
-        """(used, total) bytes."""
-        info = self._module.nvmlDeviceGetMemoryInfo(handle)
-        return int(info.used), int(info.total)
+    def memory(self, handle: Any) -> tuple[int, int, bool]:
+        """(used, total, v2) bytes. NVML's v2 figures where the driver and nvidia-ml-py have
+        them: ``used`` is what processes allocated. v1's ``used`` also counts the memory the
+        driver reserves for itself (hundreds of MB on recent GPUs); ``v2`` says which."""
+        nv = self._module
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                info = nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+                return int(info.used), int(info.total), True
+            except Exception:
+                pass  # an older driver: "Function Not Found"; an old pynvml: no version=
+        info = nv.nvmlDeviceGetMemoryInfo(handle)
+        return int(info.used), int(info.total), False
 
     def utilization(self, handle: Any) -> int:
         return int(self._module.nvmlDeviceGetUtilizationRates(handle).gpu)
