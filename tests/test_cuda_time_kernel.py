@@ -23,6 +23,7 @@ def _execute(*sources: str) -> tuple[object, object]:
 
 
 @pytest.mark.kernel
+@pytest.mark.no_cuda  # "host clock"
 def test_kernel_shows_the_line_and_the_value() -> None:
     nb, client = _execute(
         "%load_ext torchdevmagic\nimport torchdevmagic\ntorchdevmagic.__file__",

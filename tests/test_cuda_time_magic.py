@@ -30,6 +30,7 @@ def run(shell: Any, cell: str) -> Any:
 # ---------------------------------------------------------- cell semantics (real host path)
 
 
+@pytest.mark.no_cuda
 def test_namespace_persists_and_last_expression_is_the_output(shell: Any, capsys: Any) -> None:
     res = run(shell, "%%cuda_time\na = 20\nb = a + 1\nb * 2")
     assert res.error_in_exec is None and res.result == 42
@@ -113,6 +114,7 @@ def test_top_level_await_is_a_usage_error(shell: Any) -> None:
     assert "await" in str(res.error_in_exec)
 
 
+@pytest.mark.no_cuda
 def test_o_returns_the_result_object(shell: Any) -> None:
     res = run(shell, "%%cuda_time -o -q -n 3 -r 4 -w 1\nv = 7")
     r = res.result
@@ -149,7 +151,7 @@ def test_failing_cell_restores_streams_and_device(shell: Any, capsys: Any) -> No
     _, log = use_fake(shell, current=1)
     res = run(shell, "%%cuda_time --device cuda:0\nraise ValueError('bad shape')")
     assert type(res.error_in_exec) is ValueError and str(res.error_in_exec) == "bad shape"
-    assert log[-3:] == ["wait main0 <- timed0", "set_stream main0", "set_device 1"]
+    assert log[-3:] == ["wait main0 <- timed0", "set_stream main0", "maybe_exchange_device 1"]
     assert "stopped by ValueError" in capsys.readouterr().out
 
 

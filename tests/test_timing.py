@@ -59,15 +59,23 @@ def test_single_run_brackets_the_code_on_the_dedicated_stream() -> None:
     m = timer.measure(logging_fn(log))
     assert log == [
         "new_event e1",
-        "new_event e2",  # events exist before the timed region
+        "new_event e2",
+        "new_event e3",  # events exist before the timed region
         "wait timed0 <- main0",  # the timed stream waits for queued work first
         "set_stream timed0",
-        "reset_peak 0",
-        "record e1 on timed0",
-        "syncs on",  # counting brackets the code only, not our polling
-        "fn",
-        "syncs off",
+        "create e1 on cuda:0",  # torch creates an event at its first record: do it now,
+        "record e1 on timed0",  # outside the bracket
+        "create e2 on cuda:0",
         "record e2 on timed0",
+        "create e3 on cuda:0",
+        "record e3 on timed0",
+        "query e3",  # earlier work done before the wall clock starts
+        "reset_peak 0",
+        "syncs on",  # counting is armed before the start record: its setup is not timed
+        "record e1 on timed0",
+        "fn",
+        "record e2 on timed0",
+        "syncs off",  # ... and our polling is not counted
         "query e2",  # polled, not synchronised
         "query e2",
         "query e2",
@@ -95,8 +103,9 @@ def test_error_still_records_end_joins_and_restores() -> None:
     timer, _ = make_timer(backend)
     m = timer.measure(raising_fn(log, ValueError("boom")), device="cuda:0")
     assert isinstance(m.error, ValueError) and str(m.error) == "boom"
-    assert log.index("fn") < log.index("record e2 on timed0") < log.index("wait main0 <- timed0")
-    assert log[-3:] == ["wait main0 <- timed0", "set_stream main0", "set_device 1"]
+    assert log.index("fn") < log.index("record e2 on timed0", log.index("fn"))
+    assert log.index("record e2 on timed0", log.index("fn")) < log.index("wait main0 <- timed0")
+    assert log[-3:] == ["wait main0 <- timed0", "set_stream main0", "maybe_exchange_device 1"]
     assert backend.current == 1 and backend.stream[0] is backend.main[0]
     assert m.result.error == "ValueError"
     assert m.result.gpu_samples_ms == [5.0]  # what ran before the error is still reported
@@ -131,9 +140,9 @@ def test_other_device_is_selected_then_restored() -> None:
     backend = FakeBackend(log, current=0)
     timer, _ = make_timer(backend)
     m = timer.measure(logging_fn(log), device="cuda:1")
-    assert log[2] == "set_device 1"
+    assert log[3] == "exchange_device 1"  # torch.cuda.device(1), not set_device
     assert "wait timed1 <- main1" in log and "record e1 on timed1" in log
-    assert log[-1] == "set_device 0" and backend.current == 0
+    assert log[-1] == "maybe_exchange_device 0" and backend.current == 0
     assert m.result.device == "cuda:1" and m.result.device_name == "Fake GPU 1"
 
 
@@ -150,8 +159,15 @@ def test_warmup_runs_on_the_timed_stream_and_is_waited_for_before_timing() -> No
     log: list[str] = []
     timer, _ = make_timer(FakeBackend(log))
     m = timer.measure(logging_fn(log), warmup=2)
-    i = log.index("set_stream timed0")
-    assert log[i + 1 : i + 6] == ["fn", "fn", "record e3 on timed0", "query e3", "reset_peak 0"]
+    i = log.index("query e3")  # the work queued before the cell is done
+    assert log[i + 1 : i + 7] == [
+        "fn",
+        "fn",
+        "create e4 on cuda:0",
+        "record e4 on timed0",
+        "query e4",
+        "reset_peak 0",
+    ]
     assert log.count("fn") == 3 and m.result.warmup == 2
     assert not m.result.cold  # the warm-up absorbed the first-run costs
 
@@ -160,9 +176,9 @@ def test_benchmark_mode_one_event_pair_per_repeat() -> None:
     log: list[str] = []
     timer, _ = make_timer(FakeBackend(log, gpu_ms=(10.0, 20.0, 30.0)))
     m = timer.measure(logging_fn(log), n=2, r=3)
-    assert [e for e in log if e.startswith("new_event")] == [f"new_event e{i}" for i in range(1, 7)]
+    assert [e for e in log if e.startswith("new_event")] == [f"new_event e{i}" for i in range(1, 8)]
     assert log.count("fn") == 6
-    starts = [e for e in log if e.startswith("record")]
+    starts = [e for e in log[log.index("reset_peak 0") :] if e.startswith("record")]
     assert starts == [
         "record e1 on timed0",
         "record e2 on timed0",
@@ -282,7 +298,9 @@ def test_cold_only_on_first_sight_of_a_source_per_device() -> None:
 
 def test_verdicts() -> None:
     assert verdict_for(host_ms=0.4, wall_ms=12.5, syncs=0) == "GPU-bound"
-    assert verdict_for(host_ms=9.8, wall_ms=10.0, syncs=None).startswith("launch-bound")
+    assert verdict_for(host_ms=9.8, wall_ms=10.0, syncs=None) == (
+        "host ≈ wall: launch-bound, or the cell waits for the GPU itself (synchronize)"
+    )
     assert verdict_for(host_ms=7.0, wall_ms=10.0, syncs=None) is None  # mixed: say nothing
     assert verdict_for(host_ms=0.01, wall_ms=0.02, syncs=None) is None  # too short
     assert verdict_for(host_ms=9.9, wall_ms=10.0, syncs=20, runs=10) == (
@@ -458,7 +476,8 @@ def test_mps_backend_records_on_its_single_stream() -> None:
     )
     timer, _ = make_timer(backend)
     m = timer.measure(lambda: None)
-    assert log == ["Event(True)", "Event(True)", "record", "record"]
+    # three events (start, end, "earlier work done"), each recorded once before timing
+    assert log == ["Event(True)"] * 3 + ["record"] * 3 + ["record", "record"]
     r = m.result
     assert (r.device, r.stream, r.gpu_ms, r.peak_bytes) == ("mps", "default", 7.5, None)
     assert "default stream" in r.line() and "peak" not in r.line()
@@ -467,6 +486,7 @@ def test_mps_backend_records_on_its_single_stream() -> None:
 # ------------------------------------------------------------------------ the real host path
 
 
+@pytest.mark.no_cuda
 def test_no_gpu_here_means_the_host_clock() -> None:
     assert default_backend(None) is None  # this machine has no accelerator
     timer = Timer()

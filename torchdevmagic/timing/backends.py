@@ -30,7 +30,7 @@ class Backend(Protocol):
     def is_available(self) -> bool: ...
     def device_count(self) -> int: ...
     def current_device(self) -> int: ...
-    def set_device(self, index: int) -> None: ...
+    def device_guard(self, index: int) -> contextlib.AbstractContextManager[Any]: ...
     def device_name(self, index: int) -> Optional[str]: ...
     def current_stream(self, index: int) -> Any: ...
     def timed_stream(self, index: int) -> Any: ...
@@ -42,6 +42,7 @@ class Backend(Protocol):
     def elapsed_ms(self, start: Any, end: Any) -> float: ...
     def is_capturing(self) -> bool: ...
     def reset_peak(self, index: int) -> None: ...
+    def allocated_bytes(self, index: int) -> Optional[int]: ...
     def peak_bytes(self, index: int) -> Optional[int]: ...
     def sync_counter(self) -> contextlib.AbstractContextManager[SyncCount]: ...
 
@@ -53,10 +54,15 @@ def count_sync_warnings(
     """Count torch's "synchronizing CUDA operation" warnings while the block runs.
 
     Only when the user has not set a sync debug mode themselves (we never override "warn" or
-    "error"). Not ``warnings.catch_warnings``: that would also undo filters the cell itself
-    sets. We add one filter and wrap ``showwarning``, and on the way out remove exactly those
-    (unless the cell replaced ``showwarning`` itself) and restore the mode. Other warnings
-    still reach the original ``showwarning``.
+    "error"). Not ``warnings.catch_warnings`` around the block: that would also undo filters
+    the cell itself sets. We add one filter and wrap ``showwarning``, and on the way out remove
+    exactly those (unless the cell replaced ``showwarning`` itself) and restore the mode. Other
+    warnings still reach the original ``showwarning``.
+
+    torch's first ``set_sync_debug_mode`` with a mode other than 0 in a process warns once
+    ("Synchronization debug mode is a prototype feature ..."): that warning is ours, not the
+    cell's, so it is silenced (``-q`` means nothing printed; under ``-W error`` it would raise).
+    If switching the mode fails anyway, nothing is counted and nothing of ours stays installed.
     """
     if get_mode() != 0:
         yield SyncCount(None)
@@ -74,11 +80,19 @@ def count_sync_warnings(
     warnings.filterwarnings("always", message=SYNC_WARNING)
     ours = warnings.filters[0]
     warnings.showwarning = showwarning
-    set_mode(1)
+    armed = False
+    try:
+        with warnings.catch_warnings():  # only our own call runs inside: no user filter lost
+            warnings.simplefilter("ignore")
+            set_mode(1)
+        armed = True
+    except Exception:
+        counter = SyncCount(None)
     try:
         yield counter
     finally:
-        set_mode(0)
+        if armed:
+            set_mode(0)
         if warnings.showwarning is showwarning:
             warnings.showwarning = original
         with contextlib.suppress(ValueError):
@@ -110,8 +124,11 @@ class TorchStreamBackend:
     def current_device(self) -> int:
         return int(self._mod.current_device())
 
-    def set_device(self, index: int) -> None:
-        self._mod.set_device(index)
+    def device_guard(self, index: int) -> contextlib.AbstractContextManager[Any]:
+        # torch.cuda.device(k) restores the caller's device with _maybe_exchange_device, which
+        # creates no primary context (hundreds of MB) on a GPU the caller never touched;
+        # set_device(previous) would.
+        return cast("contextlib.AbstractContextManager[Any]", self._mod.device(index))
 
     def device_name(self, index: int) -> Optional[str]:
         try:
@@ -123,7 +140,10 @@ class TorchStreamBackend:
         return self._mod.current_stream(index)
 
     def timed_stream(self, index: int) -> Any:
-        # Long-lived: a new stream per run would churn the pool and defeat warm-up.
+        # Long-lived: a new stream per run would churn the pool and defeat warm-up. Note that
+        # torch.cuda.Stream() hands out one of torch's pooled streams (32 per device and
+        # priority, round-robin): another library's Stream() may get the same one. Its work
+        # then counts in our GPU time; docs/cuda_time.md says so.
         if index not in self._streams:
             self._streams[index] = self._mod.Stream(device=index)
         return self._streams[index]
@@ -152,6 +172,12 @@ class TorchStreamBackend:
 
     def reset_peak(self, index: int) -> None:
         self._mod.reset_peak_memory_stats(index)
+
+    def allocated_bytes(self, index: int) -> Optional[int]:
+        try:
+            return int(self._mod.memory_allocated(index))
+        except Exception:
+            return None
 
     def peak_bytes(self, index: int) -> Optional[int]:
         try:
@@ -187,8 +213,8 @@ class MpsBackend:
     def current_device(self) -> int:
         return 0
 
-    def set_device(self, index: int) -> None:
-        pass
+    def device_guard(self, index: int) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
 
     def device_name(self, index: int) -> Optional[str]:
         return "Apple MPS"
@@ -222,6 +248,9 @@ class MpsBackend:
 
     def reset_peak(self, index: int) -> None:
         pass
+
+    def allocated_bytes(self, index: int) -> Optional[int]:
+        return None
 
     def peak_bytes(self, index: int) -> Optional[int]:
         return None

@@ -4,8 +4,11 @@ The stream discipline is in the package docstring (:mod:`torchdevmagic.timing`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -56,6 +59,27 @@ def parse_device(device: Optional[str]) -> tuple[Optional[str], Optional[int]]:
     return parsed.type, parsed.index
 
 
+@contextlib.contextmanager
+def _faults_kept(guard: contextlib.AbstractContextManager[Any], acc: Samples) -> Iterator[None]:
+    """``guard`` whose exit cannot lose the measurement: a CUDA error there is kept in ``acc``."""
+    guard.__enter__()
+    try:
+        yield
+    finally:
+        try:
+            guard.__exit__(None, None, None)
+        except Exception as exc:
+            acc.keep_fault(exc)
+
+
+def _own_peak(peak: Optional[int], start: Optional[int]) -> Optional[int]:
+    """The most the cell's own allocations reached above what was allocated when it started
+    (the allocator's peak counter is the device's absolute high-water mark)."""
+    if peak is None:
+        return None
+    return max(peak - start, 0) if start is not None else peak
+
+
 def source_key(source: str, device: str) -> str:
     return hashlib.sha1(f"{device}\0{source}".encode()).hexdigest()
 
@@ -76,8 +100,10 @@ class Timer:
         sleep: Callable[[float], None] = time.sleep,
         spin_s: float = 1e-3,
         max_poll_s: float = 1e-3,
+        environ: Mapping[str, str] = os.environ,
     ) -> None:
         self._injected = backend
+        self.environ = environ  # CUDA_LAUNCH_BLOCKING changes what the figures mean
         self._backends: dict[Optional[str], Optional[Backend]] = {}
         self.clock = clock
         self.cpu_clock = cpu_clock
@@ -202,8 +228,9 @@ class Timer:
         acc.fill(result, plan)
         return Measurement(result, acc.value, acc.error)
 
-    def _wait(self, backend: Backend, event: Any) -> None:
-        """Poll the event: a blocking synchronize would not let Ctrl-C through.
+    def _wait(self, backend: Backend, event: Any) -> float:
+        """Poll the event: a blocking synchronize would not let Ctrl-C through. Returns the
+        seconds waited (0 when it was done at the first query).
 
         Spin for the first ``spin_s`` (a Python loop still sees Ctrl-C), then sleep for a
         fiftieth of the time waited so far (at most ``max_poll_s``): the wall figure then
@@ -216,17 +243,17 @@ class Timer:
             waited = now - began
             if waited >= self.spin_s:
                 self.sleep(min(self.max_poll_s, waited / 50))
+        return 0.0 if began is None else self.clock() - began
 
     def _run_device(self, plan: Plan, b: Backend, fn: Callable[[], Any]) -> Measurement:
+        acc = Samples()
         # Events exist before the timed region: creating them inside would be timed too.
         pairs = [(b.new_event(), b.new_event()) for _ in range(plan.r)]
+        ready = b.new_event()
         warm_done = b.new_event() if plan.warmup else None
-        acc = Samples()
-        previous_device = b.current_device()
-        switch = previous_device != plan.index
-        if switch:
-            b.set_device(plan.index)
-        try:
+        # torch.cuda.device(k), not set_device: restoring the caller's device must not create
+        # a context (hundreds of MB) on a GPU the caller never touched.
+        with _faults_kept(b.device_guard(plan.index), acc):
             p = b.current_stream(plan.index)
             separate = plan.stream == "dedicated" and b.has_streams
             s = b.timed_stream(plan.index) if separate else p
@@ -234,31 +261,55 @@ class Timer:
                 if separate:
                     b.wait_stream(s, p)  # start after the work already queued on p
                     b.set_stream(s)  # the code enqueues on s
+                self._prepare(plan, b, s, [*(e for pair in pairs for e in pair), ready])
+                # The wall clock starts when earlier work is done (Run All queues a lot).
+                acc.queued_ms = self._wait(b, ready) * 1e3
                 if warm_done is not None:
                     acc.value, acc.error, _ = self._call(fn, plan.warmup)
                     b.record(warm_done, s)
                     self._wait(b, warm_done)  # timed runs start on an idle stream
+                acc.start_bytes = b.allocated_bytes(plan.index)
                 b.reset_peak(plan.index)
                 for pair in pairs if acc.error is None else ():
                     self._timed_repeat(plan, b, fn, stream=s, events=pair, acc=acc)
                     if acc.error is not None:
                         break
+            except Exception as exc:  # ours failed: a sticky CUDA error the cell's kernels left
+                acc.keep_fault(exc)
             finally:
                 if separate:
-                    b.wait_stream(p, s)  # later work on p sees the cell's results
-                    b.set_stream(p)
-        finally:
-            if switch:
-                b.set_device(previous_device)
+                    self._restore(b, p, s, acc)
+        peak = b.peak_bytes(plan.index) if acc.walls else None
         result = TimingResult(
             device=plan.device,
             device_name=b.device_name(plan.index),
             clock="events",
             stream=plan.stream,
-            peak_bytes=b.peak_bytes(plan.index) if acc.walls else None,
+            peak_bytes=_own_peak(peak, acc.start_bytes),
+            queued_ms=acc.queued_ms,
         )
-        acc.fill(result, plan)
+        acc.fill(result, plan, launch_blocking=self.environ.get("CUDA_LAUNCH_BLOCKING") == "1")
         return Measurement(result, acc.value, acc.error)
+
+    def _prepare(self, plan: Plan, b: Backend, stream: Any, events: list[Any]) -> None:
+        """Record every event once before timing: torch creates a CUDA event at its first
+        record and binds it to that stream's device, which must not happen inside the bracket."""
+        for event in events:
+            b.record(event, stream)
+
+    @staticmethod
+    def _restore(b: Backend, p: Any, s: Any, acc: Samples) -> None:
+        """Join and restore the caller's stream, each step on its own: after a device fault
+        the join raises (the cell's CUDA error, kept for the user), the restore must still
+        happen."""
+        try:
+            b.wait_stream(p, s)  # later work on p sees the cell's results
+        except Exception as exc:
+            acc.keep_fault(exc)
+        try:
+            b.set_stream(p)
+        except Exception as exc:
+            acc.keep_fault(exc)
 
     def _timed_repeat(
         self,
@@ -271,18 +322,22 @@ class Timer:
         acc: Samples,
     ) -> None:
         start, end = events
-        c0 = self.cpu_clock()
-        t0 = self.clock()
-        b.record(start, stream)
-        try:
-            # Only the code itself: our own polling must not count as the cell's syncs.
-            with b.sync_counter() as counter:
+        # The sync counter is armed before the start record and disarmed after the end record:
+        # its ~16 µs of setup are not inside the GPU bracket, and our polling is not counted.
+        with b.sync_counter() as counter:
+            c0 = self.cpu_clock()
+            t0 = self.clock()
+            b.record(start, stream)
+            try:
                 acc.value, acc.error, done = self._call(fn, plan.n)
-        finally:
-            b.record(end, stream)  # also on Ctrl-C: nothing may stay unbracketed
+            except BaseException:  # Ctrl-C: nothing may stay unbracketed, the interrupt wins
+                with contextlib.suppress(Exception):
+                    b.record(end, stream)
+                raise
+            b.record(end, stream)
+            t1 = self.clock()
+            c1 = self.cpu_clock()
         acc.add_syncs(counter.count)
-        t1 = self.clock()
-        c1 = self.cpu_clock()
         self._wait(b, end)
         t2 = self.clock()
         acc.add(done, host=t1 - t0, wall=t2 - t0, cpu=c1 - c0, gpu_ms=b.elapsed_ms(start, end))

@@ -9,6 +9,7 @@ from torchdevmagic._display import MUTED_STYLE, WARN_COLOR, Displayable, esc, ht
 from torchdevmagic._format import format_bytes, format_ms, plural
 
 _SEP = " · "
+QUEUED_SHOWN_MS = 1.0  # below this, waiting for earlier work is noise not worth a word
 
 
 @dataclass
@@ -40,7 +41,11 @@ class TimingResult(Displayable):
     repeats: int = 1  # -r
     warmup: int = 0
     cold: bool = False
+    # The most the cell's own allocations reached above what was allocated when it started
+    # (the allocator's counter is the device's absolute high-water mark; we subtract).
     peak_bytes: Optional[int] = None
+    # Waited before the wall clock started, for GPU work queued before the cell (Run All).
+    queued_ms: Optional[float] = None
     syncs: Optional[int] = None  # host syncs during the timed runs; None: not counted
     verdict: Optional[str] = None
     note: Optional[str] = None  # e.g. why the host clock was used
@@ -59,6 +64,8 @@ class TimingResult(Displayable):
             parts.append("GPU " + self._primary_text(self.gpu_ms))
             parts.append(f"host {format_ms(self.host_ms)}")
             parts.append(f"wall {format_ms(self.wall_ms)}")
+            if self.queued_ms is not None and self.queued_ms >= QUEUED_SHOWN_MS:
+                parts.append(f"after {format_ms(self.queued_ms)} of earlier GPU work")
         else:
             parts.append("wall " + self._primary_text(self.wall_ms))
             parts.append(f"CPU {format_ms(self.cpu_ms)}")

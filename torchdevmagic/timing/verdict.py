@@ -18,15 +18,33 @@ def _stats(samples: list[float]) -> tuple[float, float, float, float]:
     return mean, std, statistics.median(samples), min(samples)
 
 
+LAUNCH_BLOCKING = "CUDA_LAUNCH_BLOCKING=1: every launch waits for the GPU (no verdict)"
+NOTHING_QUEUED = "host ≈ wall: launch-bound, or the cell waits for the GPU itself (synchronize)"
+
+
 def verdict_for(
-    host_ms: float, wall_ms: float, syncs: Optional[int], runs: int = 1
+    host_ms: float,
+    wall_ms: float,
+    syncs: Optional[int],
+    runs: int = 1,
+    *,
+    launch_blocking: bool = False,
 ) -> Optional[str]:
     """A short reading of the numbers, or ``None`` when they tell nothing clear.
 
     Event time cannot show an idle GPU (the end event is reached no earlier than it was
     enqueued), so the tell is the tail: how long the device kept working after Python had
-    finished enqueueing (``wall - host``).
+    finished enqueueing (``wall - host``). The wall clock starts only once the work queued
+    before the cell is done, so that work cannot pass for the cell's tail.
+
+    host ≈ wall says only that nothing was left queued when the cell returned: the GPU kept
+    up with Python (launch-bound), or the cell waited for it. ``torch.cuda.synchronize()`` is
+    not a "synchronizing operation" for torch's sync debug mode, so it is not counted; the
+    verdict names both readings rather than guessing. Under ``CUDA_LAUNCH_BLOCKING=1`` every
+    launch waits, so host ≈ wall always: no verdict but that.
     """
+    if launch_blocking:
+        return LAUNCH_BLOCKING
     if syncs:
         per_run = syncs / runs
         count = f"{per_run:g} per run" if runs > 1 else str(syncs)
@@ -34,7 +52,7 @@ def verdict_for(
     if wall_ms <= 0.05:  # too short to read anything into
         return None
     if host_ms >= 0.9 * wall_ms:
-        return "launch-bound (host ≈ wall: the GPU waited for Python)"
+        return NOTHING_QUEUED
     if host_ms <= 0.5 * wall_ms:
         return "GPU-bound"
     return None
@@ -51,6 +69,16 @@ class Samples:
     value: Any = None
     error: Optional[Exception] = None
     syncs: Optional[int] = None
+    queued_ms: Optional[float] = None  # waited for work queued before the cell
+    start_bytes: Optional[int] = None  # allocated when the timed runs began
+    fault: Optional[Exception] = None  # a CUDA error that surfaced in our calls, not the cell's
+
+    def keep_fault(self, exc: Exception) -> None:
+        """A CUDA call of ours failed: after the cell's kernels hit a device-side assert the
+        error is sticky and surfaces there. It is the cell's error unless the cell raised."""
+        if self.error is None:
+            self.error = exc
+            self.fault = exc
 
     def add(
         self, runs: int, *, host: float, wall: float, cpu: float, gpu_ms: Optional[float] = None
@@ -66,8 +94,14 @@ class Samples:
         if count is not None:
             self.syncs = (self.syncs or 0) + count
 
-    def fill(self, result: TimingResult, plan: Plan) -> None:
+    def fill(self, result: TimingResult, plan: Plan, *, launch_blocking: bool = False) -> None:
         result.runs, result.repeats, result.warmup = plan.n, plan.r, plan.warmup
+        if self.fault is not None:
+            first = (str(self.fault).strip().splitlines() or [type(self.fault).__name__])[0]
+            result.note = (
+                f"the cell's GPU work failed ({first}); the error surfaced after the cell's code "
+                "returned, so no GPU time: CUDA errors are sticky, restart the kernel"
+            )
         result.gpu_samples_ms, result.host_samples_ms = self.gpus, self.hosts
         result.wall_samples_ms = self.walls
         result.syncs = self.syncs
@@ -85,4 +119,10 @@ class Samples:
         result.mean_ms, result.std_ms, result.median_ms, result.min_ms = _stats(primary)
         if result.clock == "events":
             total_runs = plan.n * len(self.walls)
-            result.verdict = verdict_for(result.host_ms, result.wall_ms, self.syncs, total_runs)
+            result.verdict = verdict_for(
+                result.host_ms,
+                result.wall_ms,
+                self.syncs,
+                total_runs,
+                launch_blocking=launch_blocking,
+            )
