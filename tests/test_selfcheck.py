@@ -87,7 +87,7 @@ def test_list_and_only() -> None:
     assert out.returncode == 0, out.stderr
     names = [ln.split()[0] for ln in out.stdout.splitlines()[1:]]
     assert names == [c.name for c in sc.CHECKS if "cuda_time." in c.name]
-    assert len(names) == 6
+    assert len(names) == 16
 
 
 @pytest.mark.slow
@@ -487,3 +487,204 @@ def test_real_gpu_run(tmp_path: Path) -> None:
     allowed_skips = {"cuda_time.second_gpu", "devices.nvml"}
     for r in data["results"]:
         assert r["status"] == "PASS" or (r["status"] == "SKIP" and r["name"] in allowed_skips), r
+
+
+# ------------------------------------------------------------------------ issue 15's checks
+# Each is judged by a pure function; here each judgement is fed the facts a broken
+# %%cuda_time / %devices would produce, so every check can FAIL.
+
+
+def test_every_check_name_is_unique_and_next_cell_is_gone() -> None:
+    names = [c.name for c in sc.CHECKS]
+    assert len(names) == len(set(names))
+    # it passed even without the end join (the end event is waited for): it could not fail
+    assert "cuda_time.next_cell" not in names
+    for wanted in (
+        "cuda_time.start_join",
+        "cuda_time.end_join_interrupted",
+        "cuda_time.allocator_reuse",
+        "cuda_time.device_assert",
+        "cuda_time.small_kernel",
+        "cuda_time.clean_first_cell",
+        "cuda_time.verdicts",
+        "cuda_time.launch_blocking",
+        "cuda_time.own_peak",
+        "cuda_time.second_gpu_no_context",
+        "devices.uuid_mapping",
+        "devices.fork_after_looking",
+        "cuda_time.compile_reduce_overhead",
+    ):
+        assert wanted in names, wanted
+
+
+def test_join_judgement() -> None:
+    from torchdevmagic.selfcheck.checks_streams import join_outcome
+
+    assert join_outcome({"seen": 1.0, "expected": 1.0}, "start join").status == "PASS"
+    stale = join_outcome({"seen": 0.0, "expected": 1.0}, "start join")
+    assert stale.status == "FAIL" and "stale memory" in stale.reason
+
+
+def test_join_checks_fail_on_a_gpu_without_joins(
+    shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The join checks' cells, on the CPU with %%cuda_time's joins broken: the readers see
+    what a reader on an unjoined stream sees (stale memory) and the checks FAIL."""
+    from torchdevmagic.selfcheck import checks_streams as cs
+
+    shell.run_cell("import torch\nDEVICE = torch.device('cpu')")
+    shell.user_ns["torch"] = torch = __import__("torch")
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None, raising=False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    # a broken start join: the timed clone runs before the queued fill
+    cells = list(cs.START_JOIN_CELLS)
+    cells[1] = "pending = lambda: src.fill_(1.0)"  # queued, never run before the timed cell
+    for cell in cells[:-1]:
+        assert shell.run_cell(cell).error_in_exec is None, cell
+    seen = shell.run_cell(cells[-1]).result
+    assert cs.join_outcome({"seen": seen, "expected": 1.0}, "start join").status == "FAIL"
+
+
+def test_peak_judgement() -> None:
+    from torchdevmagic.selfcheck.checks_streams import own_peak_outcome
+
+    held, temp = 1 << 30, 64 << 20
+    assert own_peak_outcome({"peak": temp, "held": held, "temp": temp}).status == "PASS"
+    absolute = own_peak_outcome({"peak": held + temp, "held": held, "temp": temp})
+    assert absolute.status == "FAIL" and "before the cell" in absolute.reason
+    assert own_peak_outcome({"peak": None, "held": held, "temp": temp}).status == "FAIL"
+    assert own_peak_outcome({"peak": 1 << 20, "held": held, "temp": temp}).status == "FAIL"
+
+
+def test_verdicts_judgement() -> None:
+    from torchdevmagic.selfcheck.checks_streams import verdicts_outcome
+    from torchdevmagic.timing.verdict import NOTHING_QUEUED
+
+    good = {
+        "synchronize": NOTHING_QUEUED,
+        "queued": {"verdict": None, "wall_ms": 0.1, "queued_ms": 150.0},
+    }
+    assert verdicts_outcome(good).status == "PASS"
+    lying = {
+        "synchronize": "launch-bound (host ≈ wall: the GPU waited for Python)",
+        "queued": {"verdict": "GPU-bound", "wall_ms": 150.1, "queued_ms": None},
+    }
+    out = verdicts_outcome(lying)
+    assert out.status == "FAIL" and "synchronises itself" in out.reason
+    assert "GPU-bound" in out.reason and "wall time" in out.reason
+
+
+def test_compiled_judgement() -> None:
+    from torchdevmagic.selfcheck.checks_streams import compiled_outcome
+
+    assert compiled_outcome({"error": None, "gpu_ms": 0.2, "diff": 0.0}).status == "PASS"
+    assert (
+        compiled_outcome({"error": "RuntimeError: x", "gpu_ms": None, "diff": float("inf")}).status
+        == "FAIL"
+    )
+    assert compiled_outcome({"error": None, "gpu_ms": 0.2, "diff": 0.5}).status == "FAIL"
+
+
+def test_process_check_judgements() -> None:
+    from torchdevmagic.selfcheck import checks_process as cp
+    from torchdevmagic.timing.verdict import LAUNCH_BLOCKING
+
+    clean = {"printed": "", "error": None, "filters_left": 0}
+    assert cp.clean_first_cell_outcome(clean).status == "PASS"
+    assert (
+        cp.clean_first_cell_outcome(
+            {**clean, "printed": "UserWarning: Synchronization debug mode is a prototype"}
+        ).status
+        == "FAIL"
+    )
+    assert (
+        cp.clean_first_cell_outcome({**clean, "error": "UserWarning('...prototype...')"}).status
+        == "FAIL"
+    )
+    assert cp.clean_first_cell_outcome({**clean, "filters_left": 1}).status == "FAIL"
+
+    assert_ok = {
+        "error": "AcceleratorError: CUDA error: device-side assert triggered",
+        "line": "… · stopped by AcceleratorError",
+        "stream_restored": True,
+    }
+    assert cp.device_assert_outcome(assert_ok).status == "PASS"
+    assert (
+        cp.device_assert_outcome({**assert_ok, "error": "RuntimeError: record failed"}).status
+        == "FAIL"
+    )
+    assert cp.device_assert_outcome({**assert_ok, "stream_restored": False}).status == "FAIL"
+    assert cp.device_assert_outcome({**assert_ok, "line": ""}).status == "FAIL"
+
+    assert cp.fork_outcome({"initialised": False, "child_exit": 0}).status == "PASS"
+    assert cp.fork_outcome({"initialised": False, "child_exit": 3}).status == "FAIL"
+    assert cp.fork_outcome({"initialised": True, "child_exit": 0}).status == "FAIL"
+
+    same = {"before": ["GPU-a"], "after": ["GPU-a"], "count": 1}
+    assert cp.uuid_outcome({"unset": same}).status == "PASS"
+    assert cp.uuid_outcome({"unset": same, "uuid": {**same, "before": ["GPU-b"]}}).status == "FAIL"
+    assert cp.uuid_outcome({"unset": {**same, "before": [None], "after": [None]}}).status == "FAIL"
+
+    ctx_ok = {"error": None, "context0": False, "context1": True, "current": 0}
+    assert cp.second_gpu_context_outcome(ctx_ok).status == "PASS"
+    assert cp.second_gpu_context_outcome({**ctx_ok, "context0": True}).status == "FAIL"
+    assert cp.second_gpu_context_outcome({**ctx_ok, "context1": False}).status == "FAIL"
+
+    assert cp.launch_blocking_outcome({"verdict": LAUNCH_BLOCKING}).status == "PASS"
+    assert cp.launch_blocking_outcome({"verdict": "launch-bound (host ≈ wall)"}).status == "FAIL"
+
+
+def test_spread() -> None:
+    from torchdevmagic.selfcheck.checks_timing import spread
+
+    assert spread([1.0, 1.0, 1.0]) == 0.0
+    assert spread([0.9, 1.0, 1.2]) == pytest.approx(0.3)
+
+
+def test_gpu_torch_cannot_use_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PyPI's CUDA 13 build on a driver for CUDA 12: everything SKIPs, yet the run FAILs."""
+    problem = sc_cli.unusable_gpu(1, "the NVIDIA driver 550.54.15 supports CUDA up to 12.4", "x")
+    assert problem is not None and problem.startswith(
+        "NVML sees 1 GPU(s) but torch cannot use them"
+    )
+    assert (
+        sc_cli.unusable_gpu(0, "no GPU", "x") is None and sc_cli.unusable_gpu(None, "", "") is None
+    )
+    machine = sc.Machine(None, "2.13.0+cu130", 0, (), "no CUDA device: driver too old", problem)
+    monkeypatch.setattr(sc_cli, "inspect_machine", lambda: machine)
+    out_file = tmp_path / "r.json"
+    assert sc.main(["--json", str(out_file), "--only", "devices.placement"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: NVML sees 1 GPU(s) but torch cannot use them" in out
+    data = json.loads(out_file.read_text())
+    assert data["exit_status"] == 1 and data["problem"] == problem
+
+
+@pytest.mark.parametrize("nvidia_smi", [None, "#!/bin/sh\necho 'No devices were found'\nexit 6\n"])
+def test_ci_gpu_script_without_a_gpu_says_so_and_exits_3(tmp_path: Path, nvidia_smi: Any) -> None:
+    """.ci/gpu has not run on a GPU yet; where there is none it must say so and run nothing."""
+    import shutil
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("bash", "dirname", "mkdir", "tee"):
+        found = shutil.which(tool)
+        assert found is not None
+        (bindir / tool).symlink_to(found)
+    if nvidia_smi is not None:
+        (bindir / "nvidia-smi").write_text(nvidia_smi)
+        (bindir / "nvidia-smi").chmod(0o755)
+    script = Path(__file__).resolve().parents[1] / ".ci" / "gpu"
+    out = subprocess.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(bindir), "GPU_OUT": str(tmp_path / "out")},
+        check=False,
+    )
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "no GPU here" in out.stdout and "nothing was run" in out.stdout
+    assert not (tmp_path / "out").exists()

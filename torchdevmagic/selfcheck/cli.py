@@ -28,11 +28,28 @@ from torchdevmagic.selfcheck.checks_devices import (
     check_devices_nvml,
     check_devices_placement,
 )
+from torchdevmagic.selfcheck.checks_process import (
+    check_clean_first_cell,
+    check_device_assert,
+    check_fork_after_looking,
+    check_launch_blocking,
+    check_second_gpu_no_context,
+    check_uuid_mapping,
+)
+from torchdevmagic.selfcheck.checks_streams import (
+    SMALL_AGREEMENT,
+    check_allocator_reuse,
+    check_compile_reduce_overhead,
+    check_end_join_after_interrupt,
+    check_own_peak,
+    check_small_kernel_agreement,
+    check_start_join,
+    check_verdicts,
+)
 from torchdevmagic.selfcheck.checks_timing import (
     MATMUL_SIZE,
     check_cuda_time_agreement,
     check_cuda_time_gpu_vs_host,
-    check_cuda_time_next_cell,
     check_cuda_time_raise,
     check_cuda_time_restores,
     check_cuda_time_second_gpu,
@@ -99,9 +116,68 @@ CHECKS: tuple[Check, ...] = (
         check_cuda_time_gpu_vs_host,
     ),
     Check(
-        "cuda_time.next_cell",
-        "the next cell reads the correct result (the stream join works)",
-        check_cuda_time_next_cell,
+        "devices.fork_after_looking",
+        "after %devices, %devices --env and scan(), a fork child can still use CUDA",
+        check_fork_after_looking,
+    ),
+    Check(
+        "devices.uuid_mapping",
+        "torch index -> NVML UUID is the same before and after CUDA is initialised "
+        "(CUDA_VISIBLE_DEVICES unset, =<UUID>, =MIG-... where MIG is on)",
+        check_uuid_mapping,
+    ),
+    Check(
+        "cuda_time.small_kernel",
+        f"a tiny kernel: %%cuda_time within {SMALL_AGREEMENT:.0%} of hand-made events "
+        "(our own overhead is outside the bracket)",
+        check_small_kernel_agreement,
+    ),
+    Check(
+        "cuda_time.start_join",
+        "a fill queued on the caller's stream behind a _sleep is seen by the timed cell",
+        check_start_join,
+    ),
+    Check(
+        "cuda_time.end_join_interrupted",
+        "Ctrl-C during the end wait: the next cell still sees the timed cell's writes",
+        check_end_join_after_interrupt,
+    ),
+    Check(
+        "cuda_time.allocator_reuse",
+        "a block freed while the caller's stream still reads it is not reused under it "
+        "by the next timed cell",
+        check_allocator_reuse,
+    ),
+    Check(
+        "cuda_time.clean_first_cell",
+        "the first %%cuda_time -q of a process prints nothing, also under -W error",
+        check_clean_first_cell,
+    ),
+    Check(
+        "cuda_time.device_assert",
+        "a device-side assert in a timed cell is the cell's error; stream restored; line printed",
+        check_device_assert,
+    ),
+    Check(
+        "cuda_time.verdicts",
+        "a cell ending in synchronize() is not called launch- or GPU-bound; work queued "
+        "before a trivial cell is not in its wall time",
+        check_verdicts,
+    ),
+    Check(
+        "cuda_time.launch_blocking",
+        "under CUDA_LAUNCH_BLOCKING=1 the verdict says so",
+        check_launch_blocking,
+    ),
+    Check(
+        "cuda_time.own_peak",
+        "peak is the cell's own allocation, not what was held before it",
+        check_own_peak,
+    ),
+    Check(
+        "cuda_time.compile_reduce_overhead",
+        "torch.compile(mode='reduce-overhead') under %%cuda_time -w 2 runs and is right",
+        check_compile_reduce_overhead,
     ),
     Check(
         "cuda_time.restores",
@@ -117,6 +193,12 @@ CHECKS: tuple[Check, ...] = (
         "cuda_time.second_gpu",
         "--device cuda:1 times on the second GPU and restores the current device",
         check_cuda_time_second_gpu,
+        gpus=2,
+    ),
+    Check(
+        "cuda_time.second_gpu_no_context",
+        "timing on cuda:1 only creates no CUDA context on cuda:0",
+        check_second_gpu_no_context,
         gpus=2,
     ),
     *(
@@ -147,6 +229,9 @@ class Machine:
     gpu_count: int
     gpu_names: tuple[str, ...]
     skip: Optional[str]
+    # NVML sees a GPU that torch cannot use (driver too old, a CPU-only build, ...): every
+    # check SKIPs, and the run FAILs with this line, since the machine is not fine.
+    problem: Optional[str] = None
 
 
 def inspect_machine() -> Machine:
@@ -165,12 +250,14 @@ def inspect_machine() -> Machine:
     built = bool(torch.version.cuda or getattr(torch.version, "hip", None))
     available = bool(torch.cuda.is_available()) if built else False
     count = int(torch.cuda.device_count()) if available else 0
-    headline = None
-    if built and not available:
+    headline = problem = None
+    if not available:
         from torchdevmagic.env import check_environment
 
         with contextlib.suppress(Exception):
-            headline = check_environment().headline
+            env = check_environment()
+            headline = env.headline if built else None
+            problem = unusable_gpu(env.raw.nvml_gpu_count, env.headline, env.fix)
     reason = skip_reason(
         torch_version=str(torch.__version__),
         cuda_built=built,
@@ -179,7 +266,14 @@ def inspect_machine() -> Machine:
         env_headline=headline,
     )
     names = tuple(str(torch.cuda.get_device_name(i)) for i in range(count)) if not reason else ()
-    return Machine(torch, str(torch.__version__), count, names, reason)
+    return Machine(torch, str(torch.__version__), count, names, reason, problem)
+
+
+def unusable_gpu(nvml_gpus: Optional[int], headline: str, fix: str) -> Optional[str]:
+    """The FAIL line when NVML sees GPUs that torch cannot use, else ``None``."""
+    if not nvml_gpus:
+        return None
+    return f"NVML sees {nvml_gpus} GPU(s) but torch cannot use them: {headline} -> fix: {fix}"
 
 
 def validation_note(validated_on: Sequence[str] = VALIDATED_ON) -> str:
@@ -227,7 +321,8 @@ def to_json(machine: Machine, results: Sequence[CheckResult], seconds: float) ->
         "skip_reason": machine.skip,
         "validated_on": list(VALIDATED_ON),
         "seconds": round(seconds, 3),
-        "exit_status": exit_status(results),
+        "exit_status": 1 if machine.problem else exit_status(results),
+        "problem": machine.problem,
         "results": [asdict(r) for r in results],
     }
 
@@ -248,6 +343,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     seconds = time.perf_counter() - t0
     print(render_table(results))
     print(summary_line(results, seconds))
+    if machine.problem:
+        print(f"FAIL: {machine.problem}")
     if args.json:
         Path(args.json).write_text(json.dumps(to_json(machine, results, seconds), indent=2) + "\n")
-    return exit_status(results)
+    return 1 if machine.problem else exit_status(results)
