@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from torchdevmagic._device import Device, device_sort_key
 from torchdevmagic._display import Displayable
@@ -26,7 +26,7 @@ from torchdevmagic.render import devices as words
 DEFAULT_ROWS_SHOWN = words.DEFAULT_ROWS_SHOWN
 
 
-def _matcher(wanted: str) -> Any:
+def _matcher(wanted: str) -> Callable[[str], bool]:
     """``device_text -> bool`` for the ``--device`` filter (``cuda`` matches every GPU)."""
     want = Device.maybe(wanted)
 

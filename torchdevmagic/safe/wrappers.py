@@ -36,6 +36,8 @@ def device_key(hook: Any) -> Optional[str]:
     if hook is True:
         return _DEFAULT_KEY
     return hook if type(hook) is str else None
+
+
 _MAX_DEPTH = 3  # a wrapper of a wrapper of a wrapper: enough for DTensor of NestedTensor
 
 

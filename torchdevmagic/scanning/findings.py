@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from typing import Optional
 
+from torchdevmagic._device import Device
 from torchdevmagic.records import DeviceShare, Finding, Member, RowTable
 
-ACCELERATORS = frozenset({"cuda", "mps", "xpu", "hpu"})
+
+def is_accelerator(device: str) -> bool:
+    """``cuda:0``, ``mps``, ``xpu:1``... (not cpu, meta, mixed or a type torch does not name)."""
+    parsed = Device.maybe(device)
+    return parsed is not None and parsed.is_accelerator
 
 
 def target_device(shares: tuple[DeviceShare, ...]) -> Optional[str]:
     """Where a split module most likely belongs: its biggest accelerator share, else the
     biggest share (users move models *to* the GPU; a few CPU leftovers are the usual bug)."""
     for share in shares:
-        if share.device.split(":")[0] in ACCELERATORS:
+        if is_accelerator(share.device):
             return share.device
     return shares[0].device if shares else None
 
@@ -53,7 +58,7 @@ def grad_on_cpu(
 ) -> list[Finding]:
     """Trainable tensors on the CPU while a model is on an accelerator."""
     accel = {d for device, shares in module_rows for d in (device, *(s.device for s in shares))}
-    accel = {d for d in accel if d.split(":")[0] in ACCELERATORS}
+    accel = {d for d in accel if is_accelerator(d)}
     if not accel:
         return []
     target = sorted(accel)[0]
