@@ -193,8 +193,6 @@ def main() -> None:
         f"scan() on the notebook namespace ({len(nb_report.rows)} rows, a 30-block model, "
         f"AdamW after a step): {nb.text()}"
     )
-    nb_ratio = paired_ratio(gc_walk, lambda: scan(notebook), max(3, args.repeat // 3))
-    print(f"notebook: scan() / gc walk (whole process), back to back: {nb_ratio:.2f}")
 
     # Each run, split by the machine's phase when it ran: fast = its calibration loop took at
     # most 1.25x the fastest calibration of this whole benchmark (on a machine without
