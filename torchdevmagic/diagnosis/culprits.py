@@ -10,20 +10,21 @@ here keeps a frame or a tensor alive once the analysis returns.
 
 from __future__ import annotations
 
-import ast
 import inspect
-import linecache
-import os
-import sys
-import sysconfig
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from types import FrameType, TracebackType
-from typing import Any, Callable, NamedTuple, Optional
+from math import prod
+from typing import Any, NamedTuple, Optional
 
-from torchdevmagic.safe import attribute_path, instance_attributes, module_table, table_items
+from torchdevmagic import safe
+from torchdevmagic.diagnosis.frames import (  # noqa: F401 - re-exported for the magic
+    MOVE_METHODS,
+    UserFramePredicate,
+    default_user_frame,
+    walk_tb,
+)
+from torchdevmagic.safe import module_table, table_items
 
-_MISSING = object()
 MAX_MODULE_TENSORS = 20_000  # enough for any real model; bounds the walk of odd objects
 MAX_CONTAINER_ITEMS = 64
 
@@ -46,6 +47,12 @@ class Value:
     container: str = ""  # "tuple", "list", "dict" for containers
     integer: bool = False  # integer/bool dtype (index-like)
     object_id: int = 0  # id() of the value, for matching names across frames (not a ref)
+    local: str = ""  # the expression in the frame where it was found (``expression``: the
+    frame: int = -1  # outermost name the user gave it); index of that frame
+    items: str = ""  # containers: "tensor" or "module"
+    split: bool = False  # a module placed across devices on purpose (device_map, pipeline)
+    has_to: bool = False  # a container whose class defines .to() (BatchEncoding)
+    storage_key: Optional[int] = None  # tensors: the storage's identity (bytes counted once)
 
 
 @dataclass(frozen=True)
@@ -59,34 +66,36 @@ class Site:
     is_cell: bool
 
 
-# ------------------------------------------------------------------ torch type checks
+# ------------------------------------------------------------------ reading, on safe/
 
 
-def _torch() -> Any:
-    return sys.modules.get("torch")
+def is_a(obj: Any, cls: type) -> bool:
+    """``isinstance`` by the type's MRO alone: no ``__class__`` property, no
+    ``__instancecheck__``/``__subclasscheck__`` (a Mock with ``spec=list`` is no list)."""
+    try:
+        return cls in safe.mro(safe.class_of(obj))
+    except Exception:
+        return False
 
 
-def is_tensor(obj: Any, torch: Any) -> bool:
-    return torch is not None and issubclass(type(obj), torch.Tensor)
+def _static(cls: type, name: str) -> Any:
+    """A class attribute as stored (no descriptor runs), or None."""
+    try:
+        return safe.class_attribute(cls, name)
+    except Exception:
+        return None
 
 
-def is_module(obj: Any, torch: Any) -> bool:
-    return torch is not None and issubclass(type(obj), torch.nn.Module)
+def is_tensor(obj: Any, torch: Any = None) -> bool:
+    return safe.is_tensor(obj)
 
 
-def _safe_tensor_type(obj: Any, torch: Any) -> bool:
-    """Reading ``.device`` on a subclass with its own ``__torch_function__`` would run it."""
-    tf = inspect.getattr_static(type(obj), "__torch_function__", None)
-    tf = getattr(tf, "__func__", tf)
-    base = inspect.getattr_static(torch.Tensor, "__torch_function__", None)
-    base = getattr(base, "__func__", base)
-    return tf is base or tf is getattr(torch._C, "_disabled_torch_function_impl", None)
+def is_module(obj: Any, torch: Any = None) -> bool:
+    return safe.is_module(obj)
 
 
 def _instance_dict(obj: Any) -> dict[str, Any]:
-    # The scanner's reader: object.__getattribute__(obj, "__dict__") would call a __dict__
-    # property defined by the class, which is user code.
-    return instance_attributes(obj) or {}
+    return safe.instance_attributes(obj) or {}
 
 
 class TensorMeta(NamedTuple):
@@ -95,49 +104,52 @@ class TensorMeta(NamedTuple):
     device: str
     dtype: str  # without the "torch." prefix
     shape: tuple[int, ...]
-    nbytes: int
+    nbytes: int  # the storage's bytes (a view of a big tensor counts all of it), %devices'
     integer: bool  # neither floating point nor complex
+    storage_key: Optional[int] = None
 
 
-def tensor_meta(t: Any, torch: Any) -> Optional[TensorMeta]:
-    """The :class:`TensorMeta` of a tensor; metadata reads only."""
-    if not _safe_tensor_type(t, torch):
+_FLOAT_PREFIXES = ("float", "bfloat", "complex")
+_ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "complex128": 16, "float16": 2}
+_ITEMSIZE.update({"bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1})
+
+
+def tensor_meta(t: Any, torch: Any = None) -> Optional[TensorMeta]:
+    """The :class:`TensorMeta` of a tensor, read by safe/ (TensorBase's descriptors, no
+    subclass or patched method runs); storage bytes, or the shape's bytes where there is no
+    storage to count (meta, fake)."""
+    facts = safe.tensor_facts(t)
+    if facts is None:
         return None
-    try:
-        dtype = t.dtype
-        shape = tuple(int(s) for s in t.shape)
-        nbytes = int(t.numel()) * int(t.element_size())
-        integer = not (dtype.is_floating_point or dtype.is_complex)
-        return TensorMeta(str(t.device), str(dtype).replace("torch.", ""), shape, nbytes, integer)
-    except Exception:
-        return None
+    shape = tuple(facts.shape) if facts.shape is not None else ()
+    nbytes = facts.storage_bytes
+    if not nbytes and facts.shape is not None:
+        nbytes = _ITEMSIZE.get(facts.dtype, 4) * prod(shape)
+    integer = not facts.dtype.startswith(_FLOAT_PREFIXES)
+    return TensorMeta(facts.device, facts.dtype, shape, nbytes, integer, facts.storage_key)
 
 
-def module_tensors(mod: Any, torch: Any) -> Iterator[tuple[Any, bool]]:
-    """(tensor, is_parameter) for every parameter and buffer of ``mod``, via the instance
-    dicts only (never ``Module.__getattr__``), each storage object once."""
-    seen: set[int] = set()
-    stack = [mod]
-    visited_modules: set[int] = set()
-    n = 0
-    while stack and n < MAX_MODULE_TENSORS:
+def module_tensors(mod: Any, torch: Any = None) -> Iterator[tuple[Any, bool]]:
+    """(tensor, is_parameter) for every parameter and buffer of ``mod``'s tree, each tensor
+    object once (safe/'s walk: instance dicts only, never ``Module.__getattr__``)."""
+    for found in safe.module_tensors(mod, "self")[:MAX_MODULE_TENSORS]:
+        if found.role != "attribute":
+            yield found.tensor, found.role == "parameter"
+
+
+def _has_device_map(mod: Any) -> bool:
+    """Placed on purpose: accelerate's ``hf_device_map`` on it or on a submodule."""
+    stack, seen = [mod], 0
+    while stack and seen < 2000:
         m = stack.pop()
-        if id(m) in visited_modules:
-            continue
-        visited_modules.add(id(m))
+        seen += 1
         d = _instance_dict(m)
-        for key, is_param in (("_parameters", True), ("_buffers", False)):
-            table = module_table(d, key)
-            if table is None:
-                continue
-            for _, t in table_items(table):
-                if is_tensor(t, torch) and id(t) not in seen:
-                    seen.add(id(t))
-                    n += 1
-                    yield t, is_param
+        if type(dict.get(d, "hf_device_map")) is dict:
+            return True
         subs = module_table(d, "_modules")
         if subs is not None:
-            stack.extend(s for _, s in reversed(list(table_items(subs))) if is_module(s, torch))
+            stack.extend(v for _, v in table_items(subs) if v is not None)
+    return False
 
 
 def _counted(devices: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
@@ -158,11 +170,12 @@ def describe(
         meta = tensor_meta(obj, torch)
         if meta is None:
             return None
-        device, dtype, shape, nbytes, integer = meta
+        device, dtype, shape, nbytes, integer, key = meta
         return Value(
+            storage_key=key,
             expression=expression,
             kind="tensor",
-            type_name="Parameter" if issubclass(type(obj), torch.nn.Parameter) else "Tensor",
+            type_name="Parameter" if is_a(obj, torch.nn.Parameter) else "Tensor",
             devices=(device,),
             dtypes=(dtype,),
             shape=shape,
@@ -175,7 +188,8 @@ def describe(
     if is_module(obj, torch):
         devs: list[str] = []
         dtypes: list[str] = []
-        params = nbytes = 0
+        params = 0
+        storages: dict[object, int] = {}
         for t, is_param in module_tensors(obj, torch):
             meta = tensor_meta(t, torch)
             if meta is None:
@@ -184,12 +198,14 @@ def describe(
             if meta.dtype not in dtypes and not meta.integer:
                 dtypes.append(meta.dtype)
             params += is_param
-            nbytes += meta.nbytes
+            storages[meta.storage_key if meta.storage_key is not None else id(t)] = meta.nbytes
+        nbytes = sum(storages.values())  # tied weights and views: each storage once
         devices, counts = _counted(devs)
         return Value(
+            split=len(devices) > 1 or _has_device_map(obj),
             expression=expression,
             kind="module",
-            type_name=type(obj).__name__,
+            type_name=safe.type_name(obj),
             devices=devices,
             dtypes=tuple(dtypes),
             count=len(devs),
@@ -202,20 +218,42 @@ def describe(
 
 
 def _container_items(obj: Any) -> Optional[list[Any]]:
-    if isinstance(obj, (tuple, list)):
-        seq = tuple.__iter__(obj) if isinstance(obj, tuple) else list.__iter__(obj)
-        return [v for _, v in zip(range(MAX_CONTAINER_ITEMS), seq)]
-    if isinstance(obj, dict):
-        return [v for _, v in zip(range(MAX_CONTAINER_ITEMS), dict.values(obj))]
+    """Items of a list/tuple/dict (or a UserDict's ``data``, as a BatchEncoding keeps them),
+    read through the base types' own methods; checks ``type()``, never ``__class__``."""
+    if is_a(obj, tuple) or is_a(obj, list) or is_a(obj, dict):
+        return [v for _, v in safe.container_items(obj, MAX_CONTAINER_ITEMS) or []]
+    data = _user_dict_data(obj)
+    if data is not None:
+        return [v for _, v in safe.container_items(data, MAX_CONTAINER_ITEMS) or []]
     return None
+
+
+def _user_dict_data(obj: Any) -> Optional[dict[Any, Any]]:
+    from collections import UserDict
+
+    if not is_a(obj, UserDict):
+        return None
+    data = dict.get(_instance_dict(obj), "data")  # UserDict keeps its items there
+    return data if type(data) is dict else None
+
+
+def _container_kind(obj: Any) -> str:
+    if is_a(obj, tuple):
+        return "tuple"
+    if is_a(obj, list):
+        return "list"
+    return "dict"
 
 
 def _describe_container(obj: Any, expression: str, torch: Any) -> Optional[Value]:
     items = _container_items(obj)
     if not items:
         return None
-    # Only containers *of tensors* (a hidden-state tuple, a batch dict): a namespace dict
-    # that happens to hold a tensor is not a value the user passed.
+    # Only containers *of tensors* or *of modules* (a hidden-state tuple, a batch dict, a
+    # plain list of layers): a namespace dict that happens to hold a tensor is not a value
+    # the user passed.
+    if all(v is None or is_module(v, torch) for v in items) and any(v is not None for v in items):
+        return _describe_module_list(obj, items, expression, torch)
     if not all(v is None or is_tensor(v, torch) for v in items):
         return None
     metas = [m for v in items if is_tensor(v, torch) and (m := tensor_meta(v, torch)) is not None]
@@ -223,340 +261,39 @@ def _describe_container(obj: Any, expression: str, torch: Any) -> Optional[Value
         return None
     devices, counts = _counted([m.device for m in metas])
     dtypes = tuple(dict.fromkeys(m.dtype for m in metas))
-    kind = "tuple" if isinstance(obj, tuple) else "list" if isinstance(obj, list) else "dict"
     return Value(
         expression=expression,
         kind="container",
-        type_name=type(obj).__name__,
+        type_name=safe.type_name(obj),
         devices=devices,
         dtypes=dtypes,
         count=len(metas),
-        nbytes=sum(m.nbytes for m in metas),
+        nbytes=sum({m.storage_key or i: m.nbytes for i, m in enumerate(metas)}.values()),
         device_counts=counts,
-        container=kind,
+        container=_container_kind(obj),
         integer=all(m.integer for m in metas),
         object_id=id(obj),
+        items="tensor",
+        has_to=_defines_to(obj),
     )
 
 
-# ---------------------------------------------------------------- static resolution
+def _describe_module_list(obj: Any, items: list[Any], expression: str, torch: Any) -> Value:
+    mods = [describe(v, expression, torch) for v in items if v is not None]
+    devs = [d for m in mods if m is not None for d, n in m.device_counts for _ in range(n)]
+    devices, counts = _counted(devs)
+    return Value(
+        expression=expression,
+        kind="container",
+        type_name=safe.type_name(obj),
+        devices=devices,
+        count=len(mods),
+        device_counts=counts,
+        container=_container_kind(obj),
+        object_id=id(obj),
+        items="module",
+    )
 
 
-def _lookup(table: dict[Any, Any], name: str) -> Any:
-    """``table[name]``, or ``_MISSING``; only in a table whose keys are all str (a lookup
-    compares ``name`` with keys of equal hash, and a key of another type could define
-    ``__eq__``)."""
-    if all(type(k) is str for k in dict.keys(table)) and dict.__contains__(table, name):
-        return dict.__getitem__(table, name)
-    return _MISSING
-
-
-def static_attr(obj: Any, name: str, torch: Any) -> Any:
-    """``obj.name`` without running code: module tables, instance dict, plain class attrs."""
-    if is_module(obj, torch):
-        d = _instance_dict(obj)
-        found = _lookup(d, name)
-        for table in ("_parameters", "_buffers", "_modules"):
-            if found is not _MISSING:
-                break
-            t = module_table(d, table)
-            found = _MISSING if t is None else _lookup(t, name)
-        return found
-    try:
-        value = inspect.getattr_static(obj, name, _MISSING)
-    except Exception:
-        return _MISSING
-    # A property or other descriptor found on the class would need calling: skip it.
-    if (
-        value is not _MISSING
-        and hasattr(type(value), "__get__")
-        and name not in _instance_dict(obj)
-    ):
-        return _MISSING
-    return value
-
-
-def _constant_key(node: ast.AST) -> Any:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str)):
-        return node.value
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) is int
-    ):
-        return -node.operand.value
-    return _MISSING
-
-
-def static_subscript(obj: Any, key: Any) -> Any:
-    if key is _MISSING:
-        return _MISSING
-    try:
-        # The base classes' own __getitem__: a subclass override is user code.
-        if isinstance(obj, tuple) and type(key) is int:
-            return tuple.__getitem__(obj, key)
-        if isinstance(obj, list) and type(key) is int:
-            return list.__getitem__(obj, key)
-        if isinstance(obj, dict):
-            return dict.get(obj, key, _MISSING)  # dict.get: no __missing__ hook
-    except Exception:
-        return _MISSING
-    return _MISSING
-
-
-class Resolver:
-    """Resolves Name / Attribute / constant-Subscript expressions in one frame."""
-
-    def __init__(self, f_locals: Mapping[str, Any], f_globals: Mapping[str, Any], torch: Any):
-        self.f_locals = f_locals
-        self.f_globals = f_globals
-        self.torch = torch
-        self.plain_ids: set[int] = set()  # tensors found in a Module's instance __dict__
-
-    def resolve(self, node: ast.AST) -> Any:
-        if isinstance(node, ast.Name):
-            for scope in (self.f_locals, self.f_globals):
-                try:
-                    if node.id in scope:
-                        return scope[node.id]
-                except Exception:
-                    return _MISSING
-            return _MISSING
-        if isinstance(node, ast.Attribute):
-            base = self.resolve(node.value)
-            if base is _MISSING:
-                return _MISSING
-            value = static_attr(base, node.attr, self.torch)
-            if is_module(base, self.torch) and node.attr in _instance_dict(base):
-                self.plain_ids.add(id(value))
-            return value
-        if isinstance(node, ast.Subscript):
-            base = self.resolve(node.value)
-            if base is _MISSING:
-                return _MISSING
-            key = node.slice
-            if sys.version_info < (3, 9) and isinstance(key, ast.Index):  # pragma: no cover
-                key = key.value  # type: ignore[attr-defined]
-            return static_subscript(base, _constant_key(key))
-        return _MISSING
-
-
-def is_reference(node: ast.AST) -> bool:
-    """Name, or an Attribute/constant-Subscript chain rooted at a Name."""
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        if isinstance(node, ast.Subscript) and _constant_key(node.slice) is _MISSING:
-            return False
-        node = node.value
-    return isinstance(node, ast.Name)
-
-
-_SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-
-
-def references(stmt: ast.AST) -> list[ast.AST]:
-    """Outermost reference expressions read by a statement, in source order."""
-    found: list[ast.AST] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, _SCOPES):
-            return
-        if is_reference(node) and not isinstance(getattr(node, "ctx", None), ast.Store):
-            found.append(node)
-            return
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(stmt)
-    return found
-
-
-def values_in_statement(stmt: ast.AST, resolver: Resolver) -> list[Value]:
-    """Describe every tensor/module/container the statement names. For ``x.to`` (a method,
-    not a tensor) fall back to the base ``x``."""
-    out: list[Value] = []
-    seen: set[str] = set()
-    for ref in references(stmt):
-        node: ast.AST = ref
-        while True:
-            value = resolver.resolve(node)
-            described = None
-            if value is not _MISSING:
-                described = describe(
-                    value, ast.unparse(node), resolver.torch, id(value) in resolver.plain_ids
-                )
-            if described is not None or not isinstance(node, (ast.Attribute, ast.Subscript)):
-                break
-            node = node.value
-        if described is not None and described.expression not in seen:
-            seen.add(described.expression)
-            out.append(described)
-    return out
-
-
-def self_tensors(f_locals: Mapping[str, Any], torch: Any) -> list[Value]:
-    """Inside a Module method: its own parameters, buffers and plain tensor attributes."""
-    try:
-        me = f_locals.get("self", _MISSING)
-    except Exception:
-        return []
-    if me is _MISSING or not is_module(me, torch):
-        return []
-    d = _instance_dict(me)
-    out: list[Value] = []
-    for table in ("_parameters", "_buffers"):
-        t = module_table(d, table)
-        if t is not None:
-            for name, tensor in table_items(t):
-                path = attribute_path("self", name)
-                v = describe(tensor, path, torch) if tensor is not None else None
-                if v is not None:
-                    out.append(v)
-    for name, value in dict.items(d):
-        if type(name) is str and not name.startswith("__") and is_tensor(value, torch):
-            v = describe(value, attribute_path("self", name), torch, plain_attribute=True)
-            if v is not None:
-                out.append(v)
-    return out
-
-
-# ---------------------------------------------------------------- frames and source
-
-_LIBRARY_DIRS: Optional[tuple[str, ...]] = None
-
-
-def _library_dirs() -> tuple[str, ...]:
-    global _LIBRARY_DIRS
-    if _LIBRARY_DIRS is None:
-        dirs = set()
-        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-            path = sysconfig.get_paths().get(key)
-            if path:
-                dirs.add(os.path.realpath(path))
-        here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-        dirs.add(here)  # torchdevmagic itself
-        _LIBRARY_DIRS = tuple(sorted(dirs))
-    return _LIBRARY_DIRS
-
-
-def is_library_file(filename: str) -> bool:
-    if filename.startswith("<"):
-        return not filename.startswith("<ipython-input-")
-    if "site-packages" in filename or "dist-packages" in filename:
-        return True
-    real = os.path.realpath(filename)
-    return any(real.startswith(d + os.sep) for d in _library_dirs())
-
-
-UserFramePredicate = Callable[[FrameType], bool]
-
-
-def default_user_frame(namespace: Optional[Mapping[str, Any]]) -> UserFramePredicate:
-    """Cell code and notebook-defined functions run with the namespace as their globals;
-    anything else counts as user code unless it lives in a library directory."""
-
-    def pred(frame: FrameType) -> bool:
-        if namespace is not None and frame.f_globals is namespace:
-            return True
-        return not is_library_file(frame.f_code.co_filename)
-
-    return pred
-
-
-def walk_tb(tb: Optional[TracebackType]) -> list[tuple[FrameType, int]]:
-    out = []
-    while tb is not None:
-        out.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
-    return out
-
-
-_AST_CACHE: dict[tuple[str, int], Optional[ast.Module]] = {}
-
-
-def parse_source(filename: str, f_globals: Any = None) -> tuple[list[str], Optional[ast.Module]]:
-    lines = linecache.getlines(filename, f_globals) if f_globals is not None else []
-    if not lines:
-        lines = linecache.getlines(filename)
-    if not lines:
-        return [], None
-    text = "".join(lines)
-    key = (filename, hash(text))
-    if key not in _AST_CACHE:
-        try:
-            _AST_CACHE[key] = ast.parse(text, filename)
-        except (SyntaxError, ValueError):
-            _AST_CACHE[key] = None
-        if len(_AST_CACHE) > 256:
-            _AST_CACHE.pop(next(iter(_AST_CACHE)))
-    return lines, _AST_CACHE[key]
-
-
-def statement_at(tree: Optional[ast.Module], lines: list[str], lineno: int) -> Optional[ast.stmt]:
-    """The innermost statement spanning ``lineno``."""
-    best: Optional[ast.stmt] = None
-    if tree is not None:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.stmt):
-                end = getattr(node, "end_lineno", node.lineno) or node.lineno
-                if node.lineno <= lineno <= end and (
-                    best is None or (node.lineno >= best.lineno and end <= (best.end_lineno or 0))
-                ):
-                    best = node
-    if best is not None and not isinstance(
-        best,
-        (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If, ast.With),
-    ):
-        return best
-    if best is not None:
-        # A compound statement: analyse only its header line, not its whole body.
-        line = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
-        return _parse_line(line.rstrip(":")) or best
-    line = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
-    return _parse_line(line)
-
-
-def _parse_line(line: str) -> Optional[ast.stmt]:
-    for candidate in (line, line.rstrip(":"), line.rstrip("\\").rstrip(",")):
-        try:
-            body = ast.parse(candidate).body
-        except SyntaxError:
-            continue
-        if body:
-            return body[0]
-    return None
-
-
-def assignments_before(tree: Optional[ast.Module], lineno: int, name: str) -> list[ast.stmt]:
-    """Top-level-or-nested statements before ``lineno`` that assign ``name`` or call
-    ``name.to(...)`` / ``name.cuda()`` as a bare expression, in source order."""
-    if tree is None:
-        return []
-    hits = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.stmt) or node.lineno >= lineno:
-            continue
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-        ) or (isinstance(node, ast.Expr) and discarded_move(node) == name):
-            hits.append(node)
-    return sorted(hits, key=lambda n: n.lineno)
-
-
-MOVE_METHODS = ("to", "cuda", "cpu", "mps", "xpu")
-
-
-def discarded_move(stmt: ast.stmt) -> Optional[str]:
-    """``x.to(dev)`` / ``x.cuda()`` as a statement: Tensor.to returns a new tensor, so this
-    line does nothing. Returns the name moved."""
-    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
-        return None
-    func = stmt.value.func
-    if (
-        isinstance(func, ast.Attribute)
-        and func.attr in MOVE_METHODS
-        and isinstance(func.value, ast.Name)
-    ):
-        return func.value.id
-    return None
+def _defines_to(obj: Any) -> bool:
+    return inspect.isfunction(_static(type(obj), "to"))

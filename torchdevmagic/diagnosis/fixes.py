@@ -8,7 +8,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from torchdevmagic.diagnosis.culprits import MOVE_METHODS, Value
+from torchdevmagic.diagnosis.culprits import Value
+from torchdevmagic.diagnosis.frames import MOVE_METHODS
 
 DEVICE_NAMES = ("DEVICE", "device", "dev")
 FALLBACK_DEVICE = '"cuda" if torch.cuda.is_available() else "cpu"'
@@ -16,8 +17,11 @@ FACTORIES = frozenset(
     {
         "randn", "rand", "zeros", "ones", "empty", "full", "arange", "tensor", "randint",
         "eye", "linspace", "logspace", "randperm", "as_tensor", "normal", "empty_strided",
+        "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window",
+        "tril_indices", "triu_indices",
     }
 )  # fmt: skip
+CASTS = {"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte"}
 
 
 def device_of(value: Any) -> Optional[str]:
@@ -46,7 +50,7 @@ def device_expression(target: str, namespace: Optional[Mapping[str, Any]]) -> st
     if namespace is not None:
         for name in DEVICE_NAMES:
             try:
-                value = dict.get(namespace, name) if isinstance(namespace, dict) else None
+                value = dict.get(namespace, name) if type(namespace) is dict else None
             except Exception:
                 value = None
             dev = device_of(value)
@@ -57,7 +61,7 @@ def device_expression(target: str, namespace: Optional[Mapping[str, Any]]) -> st
 
 def device_variable(namespace: Optional[Mapping[str, Any]]) -> Optional[tuple[str, str]]:
     """(name, device) of the user's device variable, if any."""
-    if not isinstance(namespace, dict):
+    if type(namespace) is not dict:
         return None
     for name in DEVICE_NAMES:
         dev = device_of(dict.get(namespace, name))
@@ -139,6 +143,11 @@ class _CudaRewriter(ast.NodeTransformer):
     def __init__(self, dev: str):
         self.dev = dev
         self.changed = False
+        self.guard = False  # the line only makes sense with CUDA: run it only then
+
+    def _is_cuda_type(self, node: ast.AST) -> bool:
+        text = node.value if isinstance(node, ast.Constant) else ast.unparse(node)
+        return isinstance(text, str) and ".cuda." in text
 
     def _is_cuda_literal(self, node: ast.AST) -> bool:
         return (
@@ -147,9 +156,38 @@ class _CudaRewriter(ast.NodeTransformer):
             and node.value.split(":")[0] == "cuda"
         )
 
-    def visit_Call(self, node: ast.Call) -> ast.AST:
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        """``torch.cuda.FloatTensor`` -> the CPU type when there is no CUDA."""
         self.generic_visit(node)
+        base = node.value
+        if (
+            node.attr.endswith("Tensor")
+            and isinstance(base, ast.Attribute)
+            and base.attr == "cuda"
+            and isinstance(base.value, ast.Name)
+        ):
+            self.changed = True
+            cpu = f"{base.value.id}.{node.attr}"
+            return ast.parse(
+                f"({ast.unparse(node)} if torch.cuda.is_available() else {cpu})", mode="eval"
+            ).body
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
         f = node.func
+        name = ast.unparse(f)
+        if (
+            name == "torch.set_default_tensor_type"
+            and node.args
+            and self._is_cuda_type(node.args[0])
+        ):
+            self.changed = True
+            return _dev_node(f"torch.set_default_device({self.dev})")
+        if name == "torch.cuda.set_device":
+            self.guard = True
+            self.changed = True
+            return node
+        self.generic_visit(node)
         if isinstance(f, ast.Attribute) and f.attr == "cuda" and not node.args:
             self.changed = True
             return ast.Call(
@@ -175,9 +213,10 @@ class _CudaRewriter(ast.NodeTransformer):
 
 def no_cuda_fix(
     stmt: Optional[ast.stmt], namespace: Optional[Mapping[str, Any]]
-) -> tuple[str, bool]:
+) -> tuple[Optional[str], bool]:
     """(fix, replaces_line). Redefine the user's cuda device variable when the line uses it;
-    else rewrite the line's ``.cuda()`` / ``"cuda"``; else a device line to paste."""
+    else rewrite the line's ``.cuda()`` / ``"cuda"`` / ``torch.cuda.FloatTensor`` /
+    ``set_default_tensor_type``; else no fix (the environment verdict says what to do)."""
     var = device_variable(namespace)
     fallback = f"torch.device({FALLBACK_DEVICE})"
     if stmt is not None and var is not None and var[1].startswith("cuda"):
@@ -190,9 +229,11 @@ def no_cuda_fix(
 
         new = rewriter.visit(copy.deepcopy(stmt))
         if rewriter.changed:
-            return ast.unparse(new).replace(f"(({FALLBACK_DEVICE}))", f"({FALLBACK_DEVICE})"), True
-    name = var[0] if var is not None else "device"
-    return f"{name} = {fallback}", False
+            text = ast.unparse(new).replace(f"(({FALLBACK_DEVICE}))", f"({FALLBACK_DEVICE})")
+            if rewriter.guard:
+                text = f"if torch.cuda.is_available(): {text}"
+            return text, True
+    return None, False
 
 
 def map_location_fix(stmt: Optional[ast.stmt], location: str) -> Optional[str]:
@@ -232,3 +273,52 @@ def numpy_fix(stmt: Optional[ast.stmt], culprits: list[Value], source: str) -> O
 
 def dtype_literal(dtype: str) -> str:
     return f"torch.{dtype}"
+
+
+_NUMPY_REDUCTIONS = {"sum", "mean", "max", "min", "prod", "std", "var"}
+
+
+def numpy_stack_fix(
+    stmt: Optional[ast.stmt], containers: list[str]
+) -> Optional[tuple[str, Optional[str]]]:
+    """``np.sum([loss(a, b) for ...])`` / ``np.array(losses).sum()`` over tensors on a GPU:
+    stay in torch (``torch.stack(...).sum()``), which also keeps the graph. Returns the
+    corrected line and, for a comprehension, the expression that made the tensors."""
+    if stmt is None:
+        return None
+    import copy
+
+    new = copy.deepcopy(stmt)
+    made: list[Optional[str]] = []
+
+    class Stack(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            f = node.func
+            if not (
+                isinstance(f, ast.Attribute)
+                and isinstance(f.value, ast.Name)
+                and f.value.id in ("np", "numpy")
+                and len(node.args) == 1
+            ):
+                return node
+            arg = node.args[0]
+            if isinstance(arg, ast.ListComp):
+                made.append(ast.unparse(arg.elt))
+            elif ast.unparse(arg) in containers:
+                made.append(None)
+            else:
+                return node
+            stacked = ast.Call(
+                ast.Attribute(ast.Name("torch", ast.Load()), "stack", ast.Load()), [arg], []
+            )
+            if f.attr in _NUMPY_REDUCTIONS:
+                return ast.Call(ast.Attribute(stacked, f.attr, ast.Load()), [], node.keywords)
+            if f.attr in ("array", "asarray", "stack"):
+                return stacked
+            return node
+
+    new = Stack().visit(new)
+    if not made:
+        return None
+    return ast.unparse(new), made[0]

@@ -53,6 +53,9 @@ class Diagnosis(Displayable):
     fix_lineno: Optional[int] = None  # the fix replaces this line (same cell/file); else run it
     context: tuple[Culprit, ...] = ()  # the values that are where they should be
     notes: tuple[str, ...] = ()
+    fix_file: str = ""  # the code file of fix_lineno when it is not the failing cell's
+    fix_scope: str = ""  # "Net.forward (Cell In[3], line 12)": the fix goes in that function
+    fix_insert: bool = False  # the fix goes before line fix_lineno instead of replacing it
 
     @property
     def title(self) -> str:
@@ -71,6 +74,10 @@ class Diagnosis(Displayable):
     def fix_text(self) -> Optional[str]:
         if self.fix is None:
             return None
+        if self.fix_scope:
+            return f"Fix:  in {self.fix_scope}: {self.fix}"
+        if self.fix_lineno is not None and self.fix_insert:
+            return f"Fix:  {self.fix}    (insert before line {self.fix_lineno})"
         if self.fix_lineno is not None:
             return f"Fix:  {self.fix}    (replaces line {self.fix_lineno})"
         return f"Fix:  {self.fix}"

@@ -20,6 +20,9 @@ DESERIALIZE = "deserialize_device"
 NO_CUDA = "no_cuda"
 OUT_OF_MEMORY = "out_of_memory"
 DEVICE_ASSERT = "device_side_assert"
+CUDA_RUNTIME = "cuda_runtime"
+META_TENSOR = "meta_tensor"
+INVALID_DEVICE = "invalid_device"
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ _SCALAR_TYPES = {
     "char": "int8",
     "byte": "uint8",
     "bool": "bool",
+    "long int": "int64",
     "complexfloat": "complex64",
     "complexdouble": "complex128",
 }
@@ -507,6 +511,109 @@ def fake_tensor_propagation(m: re.Match[str]) -> Match:
     return _m(DEVICE_MISMATCH, "fake_tensor_propagation", devices=(a, b), expected=a, odd=b)
 
 
+@_regex_rule(
+    r"'lengths' argument should be a 1D CPU int64 tensor, but got (\d+)D (\S+) (\w+) tensor"
+)
+def pack_padded_lengths(m: re.Match[str]) -> Match:
+    """pack_padded_sequence wants ``lengths`` on the CPU, even with a model on the GPU."""
+    dev = norm_device(m.group(2))
+    if dev == "cpu":  # on the CPU already: the dtype (or the rank) is wrong
+        return _dtype_match("pack_padded_lengths", "Long", m.group(3), argument="lengths")
+    return _m(
+        DEVICE_MISMATCH,
+        "pack_padded_lengths",
+        devices=("cpu", dev),
+        expected="cpu",
+        odd=dev,
+        argument="lengths",
+        details={"target": "cpu", "integer_1d": "1"},
+    )
+
+
+@_regex_rule(
+    r"(i?stft) input and window must be on the same device but got self on (\S+) and "
+    r"window on (\S+)"
+)
+def stft_window_device(m: re.Match[str]) -> Match:
+    """torch.stft/istft (1.9+): the window is not where the signal is."""
+    sig, win = norm_device(m.group(2)), norm_device(m.group(3))
+    return _m(
+        DEVICE_MISMATCH,
+        "stft_window_device",
+        devices=(sig, win),
+        expected=sig,
+        odd=win,
+        argument="window",
+        method=m.group(1),
+    )
+
+
+@_regex_rule(
+    r"If capturable=(?:True|False), (?:params and )?state_steps (?:must|should)|"
+    r"`fused=True` requires all the params to be|"
+    r"Tensors of the same index must be on the same device and the same dtype"
+)
+def optimizer_state_device(m: re.Match[str]) -> Match:
+    """Optimizers (2.0+): a state tensor (``step``, ``exp_avg``) is not where its param is."""
+    return _m(DEVICE_MISMATCH, "optimizer_state_device", argument="state")
+
+
+@_regex_rule(r"returned an invalid gradient at index (\d+) - expected device (\S+) but got (\S+)")
+def autograd_gradient_device(m: re.Match[str]) -> Match:
+    """A custom autograd Function's backward returned a gradient on another device."""
+    exp, got = norm_device(m.group(2)), norm_device(m.group(3))
+    return _m(
+        DEVICE_MISMATCH,
+        "autograd_gradient_device",
+        devices=(exp, got),
+        expected=exp,
+        odd=got,
+        argument="grad",
+    )
+
+
+@_regex_rule(r"No backend type associated with device type (\w+)|Tensors must be (CUDA) and dense")
+def dist_backend_device(m: re.Match[str]) -> Match:
+    """torch.distributed: a collective got a tensor on a device its process group lacks."""
+    dev = norm_device(m.group(1) or "cpu")
+    return _m(DEVICE_MISMATCH, "dist_backend_device", devices=(dev,), odd=dev)
+
+
+@_regex_rule(r"Trying to pass too many CPU scalars to non-CPU kernel")
+def too_many_cpu_scalars(m: re.Match[str]) -> Match:
+    """A GPU kernel accepts one 0-dim CPU tensor, not several."""
+    return _m(DEVICE_MISMATCH, "too_many_cpu_scalars", devices=("cpu",), odd="cpu")
+
+
+@_regex_rule(r"Tensor device mismatch")
+def dynamo_device_mismatch(m: re.Match[str]) -> Match:
+    """torch.compile's graph-break explanation when no other rule read the devices."""
+    return _m(DEVICE_MISMATCH, "dynamo_device_mismatch")
+
+
+@_regex_rule(r"Cannot copy out of meta tensor|cannot be called on meta tensors")
+def meta_copy_out(m: re.Match[str]) -> Match:
+    """A meta tensor has shapes only: moving it (Module.to) has no values to copy."""
+    return _m(META_TENSOR, "meta_copy_out", devices=("meta",), odd="meta")
+
+
+@_regex_rule(
+    r"Expected one of (?:\w+, )+\w+ device type at start of device string: ([^\n]+)|"
+    r"Invalid device string: ([^\n]+)"
+)
+def invalid_device_string(m: re.Match[str]) -> Match:
+    return _m(INVALID_DEVICE, "invalid_device_string", details={"text": m.group(1) or m.group(2)})
+
+
+@_regex_rule(
+    r"Cannot re-initialize CUDA in forked subprocess|CUDA error: invalid device ordinal|"
+    r"CUBLAS_STATUS_\w+ when calling|CUDNN_STATUS_\w+"
+)
+def cuda_runtime_error(m: re.Match[str]) -> Match:
+    """CUDA runtime failures that are not about placement: fork, device index, cuBLAS."""
+    return _m(CUDA_RUNTIME, "cuda_runtime_error", devices=("cuda",), details={"what": m.group(0)})
+
+
 # ----------------------------------------------------------------------- companions
 
 
@@ -539,23 +646,39 @@ def deserialize_backend_missing(m: re.Match[str]) -> Match:
     return _m(DESERIALIZE, "deserialize_backend_missing", devices=(backend,), odd=backend)
 
 
-@_regex_rule(
-    r"Torch not compiled with (\w+) enabled|Found no NVIDIA driver on your system|"
-    r"No CUDA GPUs are available|CUDA driver initialization failed|"
-    r"The NVIDIA driver on your system is too old|PyTorch is not linked with support for (\w+) "
-    r"devices|Cannot access accelerator device when none is available"
+_NO_ACCELERATOR = (
+    r"Torch not compiled with (\w+) enabled",
+    r"PyTorch is not linked with support for (\w+) devices",
+    r"module 'torch\._C' has no attribute '_(cuda)_\w+'",
+    r"Cannot (?:initialize|get) (CUDA)(?: generator)? without ATen_cuda library",
+    r"Found no NVIDIA driver on your system",
+    r"The NVIDIA driver on your system is too old",
+    r"CUDA driver version is insufficient for CUDA runtime version",
+    r"no kernel image is available for execution on the device",
+    r"is not compatible with the current PyTorch installation",
+    r"No CUDA GPUs are available",
+    r"no CUDA-capable device is detected",
+    r"CUDA driver initialization failed",
+    r"CUDA unknown error - this may be due to an incorrectly set up environment",
+    r"Unexpected error from cudaGetDeviceCount\(\)",
+    r"CUDA-capable device\(s\) is/are busy or unavailable",
+    r"Cannot access accelerator device when none is available",
 )
+
+
+@_regex_rule("|".join(_NO_ACCELERATOR))
 def no_accelerator(m: re.Match[str]) -> Match:
-    """The build, the driver or the machine has no such accelerator."""
-    backend = norm_device(m.group(1) or m.group(2) or "cuda")
+    """The build, the driver or the machine has no usable accelerator (the one list of these
+    messages: torchdevmagic.env explains the same ones)."""
+    named = next((g for g in m.groups() if g), None)
+    backend = norm_device(named or "cuda")
     cause = m.group(0)
-    reason = (
-        "build"
-        if cause.startswith(("Torch not compiled", "PyTorch is not linked"))
-        else "driver"
-        if "driver" in cause
-        else "device"
-    )
+    if cause.startswith(("Torch not compiled", "PyTorch is not linked", "module", "Cannot")):
+        reason = "build"
+    elif "driver" in cause or "kernel image" in cause or "not compatible" in cause:
+        reason = "driver"
+    else:
+        reason = "device"
     return _m(
         NO_CUDA, "no_accelerator", devices=(backend,), odd=backend, details={"reason": reason}
     )
@@ -654,12 +777,40 @@ def found_dtype_expected(m: re.Match[str]) -> Match:
     return _dtype_match("found_dtype_expected", m.group(2), m.group(1))
 
 
+@_regex_rule(r"result type (\w+) can't be cast to the desired output type (\w+(?: int)?)")
+def result_type_cast(m: re.Match[str]) -> Match:
+    """BCE-with-logits with integer targets (and other ops writing into an integer tensor)."""
+    return _dtype_match("result_type_cast", m.group(1), m.group(2))
+
+
+@_regex_rule(
+    r"Expected tensor for argument #\d+ '(\w+)' to have (?:one of the following scalar types: "
+    r"[\w, ]+|scalar type \w+); but got (\S+) instead"
+)
+def indices_scalar_type(m: re.Match[str]) -> Match:
+    """embedding: the indices are floating point (or int32 where int64 is wanted)."""
+    return _dtype_match("indices_scalar_type", "Long", m.group(2), argument=m.group(1))
+
+
+@_regex_rule(r"Cannot convert a MPS Tensor to float64 dtype")
+def mps_float64(m: re.Match[str]) -> Match:
+    return _dtype_match("mps_float64", "float32", "float64")
+
+
+@_regex_rule(r"CUDA error: ([^\n]+)")
+def cuda_error_other(m: re.Match[str]) -> Match:
+    """Any other CUDA runtime error (illegal address, launch failure, ...): last, so the
+    specific rules above (asserts, no kernel image, busy devices) win."""
+    return _m(CUDA_RUNTIME, "cuda_error_other", devices=("cuda",), details={"what": m.group(1)})
+
+
 def error_text(exc: BaseException) -> str:
     """The exception's message without calling user code: ``args[0]`` when it is a string,
     ``str()`` only for exception classes whose ``__str__`` is BaseException's own."""
-    args = exc.args if isinstance(exc.args, tuple) else ()
-    if args and isinstance(args[0], str):
-        return args[0]
+    # BaseException's own descriptor: an ``args`` property of the class is user code.
+    args = BaseException.__dict__["args"].__get__(exc)
+    if type(args) is tuple and args and type(args[0]) is str:
+        return str(args[0])
     if type(exc).__str__ is BaseException.__str__:
         return str(exc)
     return ""

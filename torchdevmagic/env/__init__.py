@@ -21,14 +21,13 @@ Modules: :mod:`.facts` (collect), :mod:`.verdicts` (decide), :mod:`.report` (ren
 
 from __future__ import annotations
 
-from torchdevmagic.env.errors import _ENV_ERRORS, fix_for_error, is_environment_error
+from torchdevmagic.env.errors import fix_for_error, is_environment_error
 from torchdevmagic.env.facts import EnvFacts, GpuFact, collect_facts
 from torchdevmagic.env.report import EnvReport, check_environment
 from torchdevmagic.env.verdicts import VERDICTS, Verdict, _arch_supports, decide
 
 __all__ = [
     "VERDICTS",
-    "_ENV_ERRORS",
     "EnvFacts",
     "EnvReport",
     "GpuFact",

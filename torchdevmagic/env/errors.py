@@ -1,35 +1,22 @@
-"""For ``diagnose()``: which error messages an environment verdict explains, and its fix line."""
+"""For ``diagnose()``: which error messages an environment verdict explains, and its fix line.
+
+The messages are recognised by the diagnosis's one rule registry
+(:mod:`torchdevmagic.diagnosis.rules`, ``no_accelerator`` and ``deserialize_device``); these
+two functions are the environment's side of that seam (:mod:`torchdevmagic.diagnosis.environment`).
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
-from torchdevmagic.env.report import EnvReport, check_environment
-
-_ENV_ERRORS = re.compile(
-    "|".join(
-        [
-            r"Torch not compiled with CUDA enabled",
-            r"Found no NVIDIA driver on your system",
-            r"no kernel image is available for execution on the device",
-            r"is not compatible with the current PyTorch installation",
-            r"torch\.cuda\.is_available\(\) is False",
-            r"No CUDA GPUs are available",
-            r"CUDA driver initialization failed",
-            r"The NVIDIA driver on your system is too old",
-            r"CUDA driver version is insufficient for CUDA runtime version",
-            r"no CUDA-capable device is detected",
-            r"module 'torch\._C' has no attribute '_cuda_",
-            r"Cannot get CUDA generator without ATen_cuda library",
-        ]
-    )
-)
+from torchdevmagic.env.report import EnvReport
 
 
 def is_environment_error(message: str) -> bool:
     """Whether ``message`` is one of the errors an environment verdict explains."""
-    return bool(_ENV_ERRORS.search(message))
+    from torchdevmagic.diagnosis.environment import is_environment_error as known
+
+    return known(message)
 
 
 def fix_for_error(message: str, report: Optional[EnvReport] = None) -> Optional[str]:
@@ -44,12 +31,6 @@ def fix_for_error(message: str, report: Optional[EnvReport] = None) -> Optional[
     (verdict ``ok``: then the caller's own, message-based fix applies). Never raises: if
     checking fails, ``None``.
     """
-    if not is_environment_error(message):
-        return None
-    try:
-        report = report if report is not None else check_environment()
-    except Exception:
-        return None
-    if report.ok:
-        return None
-    return f"{report.headline} -> fix: {report.fix}"
+    from torchdevmagic.diagnosis.environment import fix_for_error as fit
+
+    return fit(message, report)

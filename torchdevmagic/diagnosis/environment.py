@@ -1,0 +1,60 @@
+"""The seam between a no-CUDA error and the environment verdict (``torchdevmagic.env``).
+
+The messages are recognised by the one rule registry (:mod:`.rules`: ``no_accelerator`` and
+``deserialize_device``); this module only decides which of those an environment verdict can
+explain, and turns the verdict into the one line ``%%devcheck`` shows under the diagnosis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from torchdevmagic.diagnosis import rules as rl
+
+
+def is_environment_match(match: Optional[rl.Match]) -> bool:
+    """No usable accelerator, or a checkpoint that needs one (not a missing device index)."""
+    if match is None:
+        return False
+    if match.kind == rl.NO_CUDA:
+        return True
+    return match.rule == "deserialize_device" and "device_count" not in match.details
+
+
+def is_environment_error(message: str) -> bool:
+    """Whether ``message`` is one of the errors an environment verdict explains."""
+    return is_environment_match(rl.match_message(message))
+
+
+def verdict_line(report: Any) -> Optional[str]:
+    """``"<headline> -> fix: <fix>"``, or None when the environment looks fine."""
+    if report.ok:
+        return None
+    return f"{report.headline} -> fix: {report.fix}"
+
+
+def fix_for_error(message: str, report: Any = None) -> Optional[str]:
+    """The fix line for an environment error, fitted to this machine (see
+    ``torchdevmagic.env.fix_for_error``). Never raises."""
+    if not is_environment_error(message):
+        return None
+    return _verdict(report)
+
+
+def environment_verdict(match: rl.Match) -> Optional[str]:
+    """The default ``env_verdict`` of :func:`diagnose`: this machine's verdict for an
+    environment error, checked now; None for any other error or when checking fails."""
+    if not is_environment_match(match):
+        return None
+    return _verdict(None)
+
+
+def _verdict(report: Any) -> Optional[str]:
+    try:
+        if report is None:
+            from torchdevmagic.env.report import check_environment
+
+            report = check_environment()
+        return verdict_line(report)
+    except Exception:
+        return None

@@ -1,0 +1,253 @@
+"""The user's frames of a traceback: which frames are the user's, their source and the
+statement that failed, and where they are as IPython shows it (``Cell In[3], line 12``,
+``trainlib.py:41 in train_step``). Reads code objects and source text only."""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Mapping
+from types import FrameType, TracebackType
+from typing import Any, Callable, Optional
+
+UserFramePredicate = Callable[[FrameType], bool]
+MOVE_METHODS = ("to", "cuda", "cpu", "mps", "xpu")
+COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>")
+_LIBRARY_DIRS: Optional[tuple[str, ...]] = None
+_IPYTHON_INPUT = re.compile(r"<ipython-input-(\d+)-[0-9a-f]+>")
+
+
+def _library_dirs() -> tuple[str, ...]:
+    global _LIBRARY_DIRS
+    if _LIBRARY_DIRS is None:
+        dirs = set()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            path = sysconfig.get_paths().get(key)
+            if path:
+                dirs.add(os.path.realpath(path))
+        here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+        dirs.add(here)  # torchdevmagic itself
+        _LIBRARY_DIRS = tuple(sorted(dirs))
+    return _LIBRARY_DIRS
+
+
+def is_library_file(filename: str) -> bool:
+    if filename.startswith("<"):
+        return not filename.startswith("<ipython-input-")
+    if "site-packages" in filename or "dist-packages" in filename:
+        return True
+    real = os.path.realpath(filename)
+    return any(real.startswith(d + os.sep) for d in _library_dirs())
+
+
+def default_user_frame(namespace: Optional[Mapping[str, Any]]) -> UserFramePredicate:
+    """Cell code and notebook-defined functions run with the namespace as their globals;
+    anything else counts as user code unless it lives in a library directory."""
+
+    def pred(frame: FrameType) -> bool:
+        if namespace is not None and frame.f_globals is namespace:
+            return True
+        return not is_library_file(frame.f_code.co_filename)
+
+    return pred
+
+
+def walk_tb(tb: Optional[TracebackType]) -> list[tuple[FrameType, int]]:
+    out = []
+    while tb is not None:
+        out.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return out
+
+
+# ---------------------------------------------------------------------- where, as IPython says
+
+
+def _shell() -> Any:
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    try:
+        return get() if callable(get) else None
+    except Exception:
+        return None
+
+
+def cell_number(filename: str, namespace: Optional[Mapping[str, Any]] = None) -> Optional[int]:
+    """The ``In[n]`` number of the cell compiled under ``filename``: IPython 7's
+    ``<ipython-input-n-...>``, IPython 8+'s compiler map, else the input history whose text is
+    the cached source (ipykernel's ``/tmp/ipykernel_*/123.py`` names on IPython 7)."""
+    m = _IPYTHON_INPUT.fullmatch(filename)
+    if m:
+        return int(m.group(1))
+    shell = _shell()
+    mapping = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    if type(mapping) is dict and type(mapping.get(filename)) is int:
+        return int(mapping[filename])
+    history = dict.get(namespace, "In") if type(namespace) is dict else None
+    if type(history) is list:
+        source = "".join(linecache.getlines(filename))
+        for number in range(len(history) - 1, 0, -1):
+            entry = list.__getitem__(history, number)
+            if type(entry) is str and entry and entry.strip() == source.strip():
+                return number
+    return None
+
+
+def is_cell_file(filename: str, globals_: Any, namespace: Optional[Mapping[str, Any]]) -> bool:
+    return (namespace is not None and globals_ is namespace) or bool(
+        _IPYTHON_INPUT.fullmatch(filename)
+    )
+
+
+def place(filename: str, lineno: int, cell: bool, namespace: Any = None) -> str:
+    """``Cell In[3], line 12`` for a cell, ``trainlib.py:41`` for a file."""
+    if cell:
+        number = cell_number(filename, namespace)
+        return f"Cell In[{number if number is not None else '?'}], line {lineno}"
+    return f"{os.path.basename(filename)}:{lineno}"
+
+
+def function_name(code: Any) -> str:
+    """``Net.forward`` (the qualified name, Python 3.11+), ``forward`` before."""
+    name = getattr(code, "co_qualname", None) or code.co_name
+    return str(name).replace(".<locals>", "")
+
+
+def location(code: Any, lineno: int, cell: bool, namespace: Any = None) -> str:
+    """Where a frame failed: ``Cell In[3], line 12`` / ``Cell In[2], line 7 in Net.forward`` /
+    ``trainlib.py:41 in train_step``."""
+    where = place(code.co_filename, lineno, cell, namespace)
+    if code.co_name == "<module>":
+        return where
+    return f"{where} in {function_name(code)}"
+
+
+# ---------------------------------------------------------------------- source and statements
+
+_AST_CACHE: dict[tuple[str, int], Optional[ast.Module]] = {}
+
+
+def parse_source(filename: str, f_globals: Any = None) -> tuple[list[str], Optional[ast.Module]]:
+    lines = linecache.getlines(filename, f_globals) if f_globals is not None else []
+    if not lines:
+        lines = linecache.getlines(filename)
+    if not lines:
+        return [], None
+    text = "".join(lines)
+    key = (filename, hash(text))
+    if key not in _AST_CACHE:
+        try:
+            _AST_CACHE[key] = ast.parse(text, filename)
+        except (SyntaxError, ValueError):
+            _AST_CACHE[key] = None
+        if len(_AST_CACHE) > 256:
+            _AST_CACHE.pop(next(iter(_AST_CACHE)))
+    return lines, _AST_CACHE[key]
+
+
+_COMPOUND = (
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If, ast.With,
+)  # fmt: skip
+
+
+def statement_at(tree: Optional[ast.Module], lines: list[str], lineno: int) -> Optional[ast.stmt]:
+    """The innermost statement spanning ``lineno``."""
+    best: Optional[ast.stmt] = None
+    if tree is not None:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.stmt):
+                end = getattr(node, "end_lineno", node.lineno) or node.lineno
+                if node.lineno <= lineno <= end and (
+                    best is None or (node.lineno >= best.lineno and end <= (best.end_lineno or 0))
+                ):
+                    best = node
+    if best is not None and not isinstance(best, _COMPOUND):
+        return best
+    line = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+    if best is not None:
+        # A compound statement: analyse only its header line, not its whole body.
+        return _parse_line(line.rstrip(":")) or best
+    return _parse_line(line)
+
+
+def _parse_line(line: str) -> Optional[ast.stmt]:
+    for candidate in (line, line.rstrip(":"), line.rstrip("\\").rstrip(",")):
+        try:
+            body = ast.parse(candidate).body
+        except SyntaxError:
+            continue
+        if body:
+            return body[0]
+    return None
+
+
+def enclosing_function(
+    tree: Optional[ast.Module], lineno: int
+) -> Optional[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The innermost ``def`` whose body spans ``lineno``."""
+    best = None
+    if tree is not None:
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.lineno <= lineno <= (node.end_lineno or node.lineno)
+                and (best is None or node.lineno >= best.lineno)
+            ):
+                best = node
+    return best
+
+
+def assignments_before(scope: Optional[ast.AST], lineno: int, name: str) -> list[ast.stmt]:
+    """Statements of ``scope`` before ``lineno`` that assign ``name`` or call
+    ``name.to(...)`` / ``name.cuda()`` as a bare expression, in source order."""
+    if scope is None:
+        return []
+    hits = []
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.stmt) or node.lineno >= lineno:
+            continue
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+        ) or (isinstance(node, ast.Expr) and discarded_move(node) == name):
+            hits.append(node)
+    return sorted(hits, key=lambda n: n.lineno)
+
+
+def loop_over(scope: Optional[ast.AST], lineno: int, name: str) -> Optional[ast.AST]:
+    """The iterable of the innermost ``for`` loop (statement or comprehension) around
+    ``lineno`` whose target binds ``name``."""
+    if scope is None:
+        return None
+    found: Optional[ast.AST] = None
+    for node in ast.walk(scope):
+        gens: list[tuple[ast.AST, ast.AST]] = []
+        if isinstance(node, ast.For) and node.lineno <= lineno <= (node.end_lineno or 0):
+            gens = [(node.target, node.iter)]
+        elif isinstance(
+            node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+        ) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
+            gens = [(g.target, g.iter) for g in node.generators]
+        for target, iterable in gens:
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
+                found = iterable
+    return found
+
+
+def discarded_move(stmt: ast.stmt) -> Optional[str]:
+    """``x.to(dev)`` / ``x.cuda()`` as a statement: Tensor.to returns a new tensor, so this
+    line does nothing. Returns the name moved."""
+    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
+        return None
+    func = stmt.value.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in MOVE_METHODS
+        and isinstance(func.value, ast.Name)
+    ):
+        return func.value.id
+    return None

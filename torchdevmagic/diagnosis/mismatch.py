@@ -1,0 +1,285 @@
+"""Device and dtype mismatches: pick the target, find the culprits where the error
+happened, and let the tracer write the fix where the user can act. Also the small helpers
+every per-kind handler shares (the Ctx record, culprit rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Callable, Optional
+
+from torchdevmagic._format import format_dtype, format_shape, plural
+from torchdevmagic.diagnosis import culprits as cp
+from torchdevmagic.diagnosis import fixes as fx
+from torchdevmagic.diagnosis import frames as fm
+from torchdevmagic.diagnosis import rewrites as rw
+from torchdevmagic.diagnosis import rules as rl
+from torchdevmagic.diagnosis.result import Culprit, Diagnosis
+from torchdevmagic.diagnosis.tracing import Plan, Tracer
+
+EnvVerdict = Callable[[rl.Match], Optional[str]]
+
+
+@dataclass
+class Ctx:
+    """Everything a per-kind handler may look at."""
+
+    match: rl.Match
+    base: dict[str, Any]
+    values: list[cp.Value]
+    frames: list[Any]  # analysis._Frame
+    namespace: Optional[Mapping[str, Any]]
+    torch: Any
+    env_verdict: EnvVerdict
+    last_tb: Optional[TracebackType]
+
+
+def device_text(v: cp.Value) -> str:
+    if len(v.devices) <= 1:
+        return v.devices[0] if v.devices else "no tensors"
+    return "mixed: " + ", ".join(f"{n} on {d}" for d, n in v.device_counts)
+
+
+def describe_value(v: cp.Value) -> str:
+    if v.kind == "tensor":
+        what = f"{v.type_name}{format_shape(v.shape)} {format_dtype(v.dtypes[0])}"
+        if v.plain_attribute:
+            what += " (plain attribute: .to() skips it)"
+        return what
+    if v.kind == "module":
+        if len(v.devices) <= 1:
+            return f"{v.type_name} (all {plural(v.params, 'parameter')})"
+        return f"{v.type_name} ({plural(v.params, 'parameter')}, split across devices)"
+    return f"{v.type_name} of {plural(v.count, 'tensor')}"
+
+
+def culprit_row(v: cp.Value) -> Culprit:
+    return Culprit(expression=v.expression, device=device_text(v), description=describe_value(v))
+
+
+def on_device(devices: tuple[str, ...], wanted: str) -> bool:
+    return any(fx.same_device(wanted, d) or fx.same_device(d, wanted) for d in devices)
+
+
+def _concrete(target: str, values: list[cp.Value]) -> str:
+    """``cuda`` from a message -> ``cuda:0`` when a value says so."""
+    if ":" in target:
+        return target
+    for v in values:
+        for d in v.devices:
+            if d.partition(":")[0] == target:
+                return d
+    return target
+
+
+def _choose_target(match: rl.Match, relevant: list[cp.Value]) -> str:
+    """Where the rest lives: the one accelerator named, else the model's device, else the
+    device the message says the other tensors are on."""
+    involved = match.devices
+    accel = [d for d in involved if d.partition(":")[0] != "cpu"]
+    if len(involved) == 1:
+        return involved[0]
+    if len(accel) == 1:
+        return accel[0]
+    for v in relevant:
+        if (
+            v.kind == "module"
+            and len(v.devices) == 1
+            and any(on_device((d,), v.devices[0]) for d in involved)
+        ):
+            return v.devices[0]
+    return match.expected or involved[0]
+
+
+def unique(values: list[cp.Value]) -> list[cp.Value]:
+    out: list[cp.Value] = []
+    ids: set[int] = set()
+    for v in values:
+        if v.object_id not in ids:
+            ids.add(v.object_id)
+            out.append(v)
+    return out
+
+
+def innermost(frames: list[Any], odd: Callable[[cp.Value], bool]) -> list[cp.Value]:
+    """The culprits where the error happened: the innermost frame with one wins (the objects
+    the failing operation read), the failing line's values before the module's own."""
+    weak: list[cp.Value] = []
+    for fr in reversed(frames):
+        found = [v for v in fr.values if odd(v)]
+        # A container holding tensors on both sides (``*args`` of a wrapper) says less than
+        # the one tensor an outer frame names.
+        strong = [v for v in found if not (v.kind == "container" and len(v.devices) > 1)]
+        if strong:
+            return strong
+        weak = weak or found
+    return weak
+
+
+def with_plan(fields: dict[str, Any], plan: Optional[Plan]) -> dict[str, Any]:
+    if plan is None:
+        return fields
+    fields.update(fix=plan.fix, fix_lineno=plan.lineno, fix_file=plan.file)
+    fields.update(fix_scope=plan.scope, fix_insert=plan.insert)
+    return fields
+
+
+def _plain_attribute_fix(v: cp.Value, dev: str) -> Optional[str]:
+    """A tensor attribute Module.to() skips, registered as a buffer so it moves from now on
+    (``__dict__.pop`` first: register_buffer refuses a name that is already an attribute)."""
+    owner, dot, attr = v.expression.rpartition(".")
+    if not dot or not owner or not attr.isidentifier():
+        return None
+    return f"{owner}.register_buffer({attr!r}, {owner}.__dict__.pop({attr!r}).to({dev}))"
+
+
+def _mismatch_plan(culprits: list[cp.Value], tracer: Tracer, to_cpu: bool) -> Optional[Plan]:
+    if not culprits:
+        return None
+    first = culprits[0]
+    if to_cpu:
+        return tracer.to_cpu_plan(first)
+    if len(culprits) == 1 and first.plain_attribute and not first.expression.startswith("self."):
+        fix = _plain_attribute_fix(first, tracer.cell_dev)
+        return Plan(fix) if fix else tracer.plan(first)
+    if len(culprits) == 1:
+        return tracer.plan(first)
+    plans = [tracer.plan(v) for v in culprits]
+    if all(p is not None and p.lineno is None for p in plans):
+        combined = fx.combined_fix(culprits, tracer.cell_dev)
+        return Plan(combined) if combined else None
+    return next((p for p in plans if p is not None), None)
+
+
+def _plain_attribute_notes(culprits: list[cp.Value]) -> list[str]:
+    notes = []
+    for v in culprits:
+        if v.plain_attribute:
+            attr = v.expression.rsplit(".", 1)[-1]
+            notes.append(
+                f"{v.expression} is a plain tensor attribute, so Module.to() does not move it: "
+                f"in __init__ use self.register_buffer({attr!r}, ...)"
+            )
+    return notes
+
+
+def _mismatch_summary(  # noqa: PLR0917 - the parts of one sentence
+    match: rl.Match,
+    rows: list[Culprit],
+    culprits: list[cp.Value],
+    target: str,
+    others: list[str],
+    notes: list[str],
+) -> str:
+    if rows:
+        names = ", ".join(r.expression for r in rows)
+        where = ", ".join(
+            sorted({d for v in culprits for d in v.devices if not on_device((d,), target)})
+        )
+        verb = "is" if len(rows) == 1 else "are"
+        return f"{names} {verb} on {where or ', '.join(others) or '?'}, the rest on {target}"
+    summary = f"tensors on {' and '.join(match.devices) or 'two devices'} met in one operation"
+    if match.argument:
+        summary += f" (PyTorch's argument {match.argument!r})"
+    notes.append("none of the names on this line holds the odd tensor: it is made deeper down")
+    return summary
+
+
+def device_mismatch(c: Ctx) -> Diagnosis:
+    match, frames, namespace = c.match, c.frames, c.namespace
+    involved = match.devices
+    everything = unique(c.values)
+    relevant = [v for v in everything if any(on_device(v.devices, d) for d in involved)]
+    forced = match.details.get("target")
+    target = forced or _concrete(_choose_target(match, relevant), relevant)
+    allowed = match.details.get("also_allowed")
+    others = [d for d in involved if not on_device((d,), target)]
+
+    def odd(v: cp.Value) -> bool:
+        if v.kind == "module" and v.split:
+            return False  # placed across devices on purpose: never moved whole
+        if forced:
+            shaped = v.kind == "tensor" and v.integer and v.shape is not None and len(v.shape) == 1
+            return shaped and not on_device(v.devices, target)
+        if len(involved) == 1:
+            return any(not on_device((d,), target) and d != allowed for d in v.devices)
+        return any(on_device((d,), o) for d in v.devices for o in others)
+
+    culprits = unique(innermost(frames, odd))
+    tracer = Tracer(frames, namespace, target)
+    rows = [culprit_row(v) for v in culprits]
+    plan = _mismatch_plan(culprits, tracer, bool(forced))
+    if not culprits and frames:
+        anonymous = tracer.anonymous_plan(frames[-1])
+        if anonymous is not None:
+            made, plan = anonymous
+            rows = [
+                Culprit(made, ", ".join(others) or "?", "made on the failing line without device=")
+            ]
+    if plan is not None and plan.culprit is not None:
+        rows, culprits = [culprit_row(plan.culprit)], [plan.culprit]
+    notes = [plan.note] if plan is not None and plan.note else []
+    notes += _plain_attribute_notes(culprits)
+    summary = _mismatch_summary(match, rows, culprits, target, others, notes)
+    context = [v for v in relevant if v not in culprits]
+    fields = with_plan(dict(c.base, fix=None), plan)
+    return Diagnosis(
+        summary=summary,
+        culprits=tuple(rows),
+        context=tuple(culprit_row(v) for v in context),
+        notes=tuple(notes),
+        **fields,
+    )
+
+
+def dtype_mismatch(c: Ctx) -> Diagnosis:
+    match = c.match
+    values = unique(c.values)
+    mentioned = match.dtypes
+    relevant = [v for v in values if any(d in mentioned for d in v.dtypes)]
+    target = match.expected or (mentioned[-1] if mentioned else "float32")
+    for v in relevant:
+        if v.kind == "module" and len(v.dtypes) == 1 and v.dtypes[0] in mentioned:
+            target = v.dtypes[0]
+            break
+
+    def odd(v: cp.Value) -> bool:
+        return v.kind != "module" and any(d != target for d in v.dtypes if d in mentioned)
+
+    culprits = unique(innermost(c.frames, odd)) or [v for v in relevant if odd(v)]
+    context = [v for v in relevant if v not in culprits]
+    dt = fx.dtype_literal(target)
+    plan = _dtype_plan(culprits, c.frames, dt)
+    names = ", ".join(v.expression for v in culprits) or "an operand"
+    odd_types = ", ".join(sorted({d for v in culprits for d in v.dtypes if d != target}))
+    summary = f"{names} is {odd_types or match.odd}, the operation wants {target}"
+    notes = [plan.note] if plan is not None and plan.note else []
+    if match.argument != "target":
+        notes.append("or run the forward pass under torch.autocast for mixed precision")
+    fields = with_plan(dict(c.base, fix=None), plan)
+    return Diagnosis(
+        summary=summary,
+        culprits=tuple(culprit_row(v) for v in culprits),
+        context=tuple(culprit_row(v) for v in context),
+        notes=tuple(notes),
+        **fields,
+    )
+
+
+def _dtype_plan(culprits: list[cp.Value], frames: list[Any], dt: str) -> Optional[Plan]:
+    """A variable the cell itself creates: its creating line rewritten (re-running the cell
+    would recreate it); anything else converted before the cell runs."""
+    if not culprits:
+        return None
+    if len(culprits) == 1 and culprits[0].expression.isidentifier():
+        v = culprits[0]
+        for fr in frames:
+            if not fr.is_cell:
+                continue
+            hits = fm.assignments_before(fr.tree, fr.lineno, v.expression)
+            fixed = rw.rewrite_dtype(hits[-1], dt) if hits else None
+            if fixed is not None:
+                why = f"line {hits[-1].lineno} creates {v.expression} as {v.dtypes[0]}"
+                return Plan(fixed, hits[-1].lineno, fr.frame.f_code.co_filename, note=why)
+    return Plan("; ".join(fx.move_fix(v, dt) for v in culprits))

@@ -1,0 +1,309 @@
+"""Trace a culprit back to where the user can act, and write the fix there.
+
+A culprit is found where the error happened (often inside the user's ``forward`` or a helper
+file); the fix belongs where its value came from:
+
+- a value of the cell (by object identity: a local ``x`` *is* ``batch["images"]``): a cell
+  fix, the creating line rewritten when the cell itself creates it, a line inserted in the
+  loop when a ``for`` binds it, else a move to run before the cell;
+- an attribute of a module (``model.pos_enc.pe``, also through a local alias): moved by its
+  path from the notebook;
+- an element of a plain list/dict a module holds (a loop variable, ``self.criterions[0]``): the
+  container, moved whole and registered (``nn.ModuleList``) so it stays moved;
+- a tensor made in that function without ``device=`` (named, or anonymous on the failing
+  line): the creating line, device-agnostic (``device=x.device``).
+
+A fix is written in one frame's names only, never repeats the failing line, and never moves a
+module that is split across devices on purpose.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from torchdevmagic.diagnosis import fixes as fx
+from torchdevmagic.diagnosis import frames as fm
+from torchdevmagic.diagnosis import rewrites as rw
+from torchdevmagic.diagnosis.culprits import Value
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a fix goes: run before the cell (no lineno), or replace/insert at ``lineno`` of
+    ``file`` (the failing cell, an earlier cell, or a .py file; ``scope`` names a function)."""
+
+    fix: str
+    lineno: Optional[int] = None
+    file: str = ""
+    scope: str = ""
+    insert: bool = False
+    note: str = ""
+    culprit: Optional[Value] = None  # what to name instead (the container, not its item)
+
+
+def on(devices: tuple[str, ...], wanted: str) -> bool:
+    return any(fx.same_device(wanted, d) or fx.same_device(d, wanted) for d in devices)
+
+
+class Tracer:
+    """Plans fixes for culprits found in ``frames`` (the analysis's user frames)."""
+
+    def __init__(self, frames: list[Any], namespace: Any, target: str):
+        self.frames = frames
+        self.namespace = namespace
+        self.target = target
+        self.cell_dev = fx.device_expression(target, namespace)
+
+    # ------------------------------------------------------------------ helpers
+
+    def frame_of(self, v: Value) -> Any:
+        return self.frames[v.frame] if 0 <= v.frame < len(self.frames) else None
+
+    def home(self, v: Value) -> Any:
+        """The outermost frame that holds the same object under the user's name."""
+        for fr in self.frames:
+            if any(w.object_id == v.object_id and w.local == v.expression for w in fr.values):
+                return fr
+        return None
+
+    def scope_text(self, fr: Any, lineno: int) -> str:
+        code = fr.frame.f_code
+        where = fm.place(code.co_filename, lineno, fr.in_cell_file, self.namespace)
+        return f"{fm.function_name(code)} ({where})"
+
+    def ref_device(self, fr: Any, before: int) -> Optional[str]:
+        """``x.device`` for a tensor of this frame on the target device: a parameter of the
+        function first (always bound), else a name the failing line reads and that is
+        assigned before line ``before``; ``next(self.parameters()).device`` for a module."""
+        code = fr.frame.f_code
+        params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        tensors = [
+            w
+            for w in fr.values
+            if w.kind == "tensor" and on(w.devices, self.target) and w.local.isidentifier()
+        ]
+        for name in params:
+            if name == "self":
+                continue
+            found = fr.describe(ast.Name(name, ast.Load()))
+            if found is not None and found.kind == "tensor" and on(found.devices, self.target):
+                return f"{name}.device"
+        for w in tensors:
+            hits = fm.assignments_before(fr.func, before, w.local)
+            if hits:
+                return f"{w.local}.device"
+        if fr.self_id is not None and "self" in params:
+            return "next(self.parameters()).device"
+        if fr.in_cell_file:
+            return self.cell_dev  # a plain function of the notebook sees its globals
+        return repr(self.target).replace("'", '"')
+
+    # ------------------------------------------------------------------ plans
+
+    def plan(self, v: Value) -> Optional[Plan]:
+        fr = self.frame_of(v)
+        home = self.home(v)
+        if home is not None and home.is_cell:
+            return self.cell_plan(v, home)
+        container = self.container_plan(v, fr)
+        if container is not None:
+            return container
+        if not v.expression.startswith("self.") and v.expression != v.local:
+            return Plan(self.move(v))  # named from the notebook (a module attribute path)
+        if fr is not None and not fr.is_cell:
+            return self.function_plan(v, fr)
+        return Plan(self.move(v)) if not v.expression.startswith("self.") else None
+
+    def move(self, v: Value) -> str:
+        return fx.move_fix(v, self.cell_dev)
+
+    def cell_plan(self, v: Value, cell: Any) -> Optional[Plan]:
+        name = v.expression
+        file = cell.frame.f_code.co_filename
+        if name.isidentifier():
+            loop = fm.loop_over(cell.tree, cell.lineno, name)
+            hits = fm.assignments_before(cell.tree, cell.lineno, name)
+            if hits and (loop is None or hits[-1].lineno > _line(loop)):
+                fixed = rw.rewrite_creation(hits[-1], v, self.cell_dev)
+                if fixed is not None:
+                    why = (
+                        f"line {hits[-1].lineno} moves {name} but throws the result away "
+                        "(Tensor.to returns a new tensor)"
+                        if isinstance(hits[-1], ast.Expr)
+                        else f"line {hits[-1].lineno} creates {name} on the wrong device"
+                    )
+                    return Plan(fixed, hits[-1].lineno, file, note=why)
+            if loop is not None:
+                names = self.loop_targets(cell, loop, name)
+                lhs = ", ".join(names)
+                rhs = ", ".join(f"{n}.to({self.cell_dev})" for n in names)
+                return Plan(f"{lhs} = {rhs}", cell.lineno, file, insert=True)
+        siblings = self.siblings(v, cell)
+        if len(siblings) > 1:
+            lhs = ", ".join(w.expression for w in siblings)
+            rhs = ", ".join(f"{w.expression}.to({self.cell_dev})" for w in siblings)
+            return Plan(f"{lhs} = {rhs}")
+        return Plan(self.move(v))
+
+    def siblings(self, v: Value, cell: Any) -> list[Value]:
+        """``train_step(model, (xb, yb))``: the other tensors of the tuple or list the culprit
+        is passed in, that are off target too (they fail next)."""
+        if cell.stmt is None:
+            return [v]
+        for node in ast.walk(cell.stmt):
+            if isinstance(node, (ast.Tuple, ast.List)) and isinstance(
+                getattr(node, "ctx", None), ast.Load
+            ):
+                texts = [ast.unparse(e) for e in node.elts]
+                if v.expression in texts:
+                    group = [
+                        w
+                        for w in cell.values
+                        if w.local in texts
+                        and w.kind == "tensor"
+                        and not on(w.devices, self.target)
+                    ]
+                    return group or [v]
+        return [v]
+
+    def loop_targets(self, cell: Any, loop: ast.AST, name: str) -> list[str]:
+        """The culprit and the other tensors the same ``for`` binds that are off target."""
+        for node in ast.walk(cell.tree):
+            if isinstance(node, ast.For) and node.iter is loop:
+                names = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+                break
+        else:
+            return [name]
+        off = {
+            w.local for w in cell.values if w.kind == "tensor" and not on(w.devices, self.target)
+        }
+        return [n for n in names if n == name or (n in off or self._off_in_ns(cell, n))]
+
+    def _off_in_ns(self, cell: Any, name: str) -> bool:
+        from torchdevmagic.diagnosis.culprits import describe
+
+        try:
+            value = cell.frame.f_locals.get(name)
+        except Exception:
+            return False
+        described = describe(value, name, cell.torch) if value is not None else None
+        return bool(
+            described and described.kind == "tensor" and not on(described.devices, self.target)
+        )
+
+    def container_plan(self, v: Value, fr: Any) -> Optional[Plan]:
+        """``for p in self.params`` / ``self.criterions[0]`` -> the plain container."""
+        if fr is None:
+            return None
+        path, container = self.container_of(v, fr)
+        if container is None or path.startswith("self."):
+            return None
+        durable = "nn.ModuleList" if container.items == "module" else "register_buffer"
+        return Plan(
+            rw.container_fix(path, container, self.cell_dev),
+            culprit=container,
+            note=(
+                f"{path} is a plain {container.container} inside a module: Module.to() skips "
+                f"it; in __init__ use {durable} so it moves with the module"
+            ),
+        )
+
+    def container_of(self, v: Value, fr: Any) -> tuple[str, Optional[Value]]:
+        node: Optional[ast.AST] = None
+        local = v.local
+        if local.isidentifier():
+            node = fm.loop_over(fr.func or fr.tree, fr.lineno, local)
+        elif local.endswith("]"):
+            try:
+                sub = ast.parse(local, mode="eval").body
+            except SyntaxError:
+                sub = None
+            if isinstance(sub, ast.Subscript):
+                node = sub.value
+        if node is None or not fm_is_reference(node):
+            return "", None
+        for owner in (fr, self.parent(fr)):
+            if owner is None or owner.resolver is None:
+                continue
+            found = owner.describe(node)
+            if found is not None and found.kind == "container":
+                return found.expression, found
+        return "", None
+
+    def parent(self, fr: Any) -> Any:
+        """The frame a comprehension frame runs in (it evaluates the first iterable)."""
+        i = self.frames.index(fr)
+        if fr.frame.f_code.co_name in fm.COMPREHENSIONS and i > 0:
+            return self.frames[i - 1]
+        return None
+
+    def function_plan(self, v: Value, fr: Any) -> Optional[Plan]:
+        """A local made in this function: its creating line, device-agnostic; else the
+        failing line with the local moved where the rest is."""
+        if v.local.isidentifier():
+            hits = fm.assignments_before(fr.func, fr.lineno, v.local)
+            if hits and isinstance(hits[-1], ast.Assign):
+                dev = self.ref_device(fr, hits[-1].lineno)
+                fixed = rw.with_device(hits[-1].value, dev) if dev else None
+                if fixed is not None:
+                    line = f"{ast.unparse(hits[-1].targets[0])} = {fixed}"
+                    return self.in_function(fr, line, hits[-1].lineno, v.local)
+        dev = self.ref_device(fr, fr.lineno)
+        if dev is None or fr.stmt is None:
+            return None
+        moved = rw.wrap_reference(fr.stmt, v.local, f".to({dev})")
+        return self.in_function(fr, moved, fr.lineno, v.local) if moved else None
+
+    def in_function(self, fr: Any, line: str, lineno: int, name: str) -> Plan:
+        return Plan(
+            line,
+            lineno,
+            fr.frame.f_code.co_filename,
+            scope=self.scope_text(fr, lineno),
+            note=f"{name} is made in {fm.function_name(fr.frame.f_code)} on the wrong device",
+        )
+
+    def anonymous_plan(self, fr: Any) -> Optional[tuple[str, Plan]]:
+        """A tensor made on the failing line itself without ``device=``
+        (``window=torch.hann_window(n)``): (its expression, the corrected line)."""
+        if fr is None or fr.stmt is None:
+            return None
+        calls = rw.factory_calls(fr.stmt)
+        if not calls:
+            return None
+        made = ast.unparse(calls[0])
+        if fr.is_cell:
+            fixed = rw.with_device(fr.stmt, self.cell_dev)
+            file = fr.frame.f_code.co_filename
+            return (made, Plan(fixed, fr.lineno, file)) if fixed else None
+        dev = self.ref_device(fr, fr.lineno)
+        fixed = rw.with_device(fr.stmt, dev) if dev else None
+        if fixed is None:
+            return None
+        return made, self.in_function(fr, fixed, fr.lineno, made)
+
+    def to_cpu_plan(self, v: Value) -> Optional[Plan]:
+        """An argument that must be on the CPU (pack_padded_sequence's lengths): the failing
+        call with ``.cpu()`` on it, in the frame that passes it."""
+        fr = self.frame_of(v)
+        if fr is None or fr.stmt is None:
+            return None
+        line = rw.wrap_reference(fr.stmt, v.local, ".cpu()")
+        if line is None:
+            return None
+        file = fr.frame.f_code.co_filename
+        if fr.is_cell:
+            return Plan(line, fr.lineno, file)
+        return self.in_function(fr, line, fr.lineno, v.local)
+
+
+def _line(node: ast.AST) -> int:
+    return getattr(node, "lineno", 0)
+
+
+def fm_is_reference(node: ast.AST) -> bool:
+    from torchdevmagic.diagnosis.resolve import is_reference
+
+    return is_reference(node)
