@@ -82,6 +82,7 @@ def diagnose(
     if match is None:
         return None
     torch = sys.modules.get("torch")
+    cp.fresh_handles()
     pred = user_frame or cp.default_user_frame(namespace)
     frames: list[_Frame] = []
     try:

@@ -114,11 +114,19 @@ _ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "complex128": 16, "float1
 _ITEMSIZE.update({"bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1})
 
 
+_HANDLES: list[Any] = [None]  # safe.handles() for the diagnosis running now
+
+
+def fresh_handles() -> None:
+    """Read torch's handles once per diagnosis (they check for patched classes)."""
+    _HANDLES[0] = safe.handles()
+
+
 def tensor_meta(t: Any, torch: Any = None) -> Optional[TensorMeta]:
     """The :class:`TensorMeta` of a tensor, read by safe/ (TensorBase's descriptors, no
     subclass or patched method runs); storage bytes, or the shape's bytes where there is no
     storage to count (meta, fake)."""
-    facts = safe.tensor_facts(t)
+    facts = safe.tensor_facts(t, _HANDLES[0])
     if facts is None:
         return None
     shape = tuple(facts.shape) if facts.shape is not None else ()

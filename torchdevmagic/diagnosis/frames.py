@@ -12,7 +12,7 @@ import sys
 import sysconfig
 from collections.abc import Mapping
 from types import FrameType, TracebackType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 UserFramePredicate = Callable[[FrameType], bool]
 MOVE_METHODS = ("to", "cuda", "cpu", "mps", "xpu")
@@ -149,6 +149,24 @@ def parse_source(filename: str, f_globals: Any = None) -> tuple[list[str], Optio
     return lines, _AST_CACHE[key]
 
 
+_Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+_INDEX: dict[int, tuple[ast.Module, list[ast.stmt], list[_Def]]] = {}
+
+
+def _index(tree: ast.Module) -> tuple[list[ast.stmt], list[_Def]]:
+    """The statements and the ``def``s of a parsed source, walked once per tree."""
+    found = _INDEX.get(id(tree))
+    if found is None or found[0] is not tree:
+        stmts = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+        funcs: list[_Def] = [
+            n for n in stmts if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        found = _INDEX[id(tree)] = (tree, stmts, funcs)
+        if len(_INDEX) > 256:
+            _INDEX.pop(next(iter(_INDEX)))
+    return found[1], found[2]
+
+
 _COMPOUND = (
     ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If, ast.With,
 )  # fmt: skip
@@ -158,13 +176,12 @@ def statement_at(tree: Optional[ast.Module], lines: list[str], lineno: int) -> O
     """The innermost statement spanning ``lineno``."""
     best: Optional[ast.stmt] = None
     if tree is not None:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.stmt):
-                end = getattr(node, "end_lineno", node.lineno) or node.lineno
-                if node.lineno <= lineno <= end and (
-                    best is None or (node.lineno >= best.lineno and end <= (best.end_lineno or 0))
-                ):
-                    best = node
+        for node in _index(tree)[0]:
+            end = getattr(node, "end_lineno", node.lineno) or node.lineno
+            if node.lineno <= lineno <= end and (
+                best is None or (node.lineno >= best.lineno and end <= (best.end_lineno or 0))
+            ):
+                best = node
     if best is not None and not isinstance(best, _COMPOUND):
         return best
     line = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
@@ -191,11 +208,9 @@ def enclosing_function(
     """The innermost ``def`` whose body spans ``lineno``."""
     best = None
     if tree is not None:
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and node.lineno <= lineno <= (node.end_lineno or node.lineno)
-                and (best is None or node.lineno >= best.lineno)
+        for node in _index(tree)[1]:
+            if node.lineno <= lineno <= (node.end_lineno or node.lineno) and (
+                best is None or node.lineno >= best.lineno
             ):
                 best = node
     return best

@@ -709,6 +709,13 @@ def out_of_memory(m: re.Match[str]) -> Match:
     return _m(OUT_OF_MEMORY, "out_of_memory", devices=(device,), odd=device, details=details)
 
 
+@_regex_rule(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes")
+def cpu_out_of_memory(m: re.Match[str]) -> Match:
+    """The CPU allocator (also what a CUDA-less notebook hits with a GPU-sized batch)."""
+    details = {"requested_bytes": m.group(1)}
+    return _m(OUT_OF_MEMORY, "cpu_out_of_memory", devices=("cpu",), odd="cpu", details=details)
+
+
 @_regex_rule(r"device-side assert triggered|Assertion `[^`]+` failed")
 def device_side_assert(m: re.Match[str]) -> Match:
     return _m(DEVICE_ASSERT, "device_side_assert", devices=("cuda",))
