@@ -32,6 +32,7 @@ sys.modules["devcheck_real_cases"] = cases_module
 _spec.loader.exec_module(cases_module)
 CASES = cases_module.CASES
 Case = cases_module.Case
+PRE = cases_module.PRE
 
 # Cases this version does not solve fully, with the reason (kept honest: strict xfail).
 KNOWN_FAILURES: dict[str, str] = {}

@@ -140,12 +140,38 @@ class Tracer:
                 lhs = ", ".join(names)
                 rhs = ", ".join(f"{n}.to({self.cell_dev})" for n in names)
                 return Plan(f"{lhs} = {rhs}", cell.lineno, file, insert=True)
+        else:
+            made = self.root_creation(v, cell)
+            if made is not None:
+                return made
         siblings = self.siblings(v, cell)
         if len(siblings) > 1:
             lhs = ", ".join(w.expression for w in siblings)
             rhs = ", ".join(f"{w.expression}.to({self.cell_dev})" for w in siblings)
             return Plan(f"{lhs} = {rhs}")
         return Plan(self.move(v))
+
+    def root_creation(self, v: Value, cell: Any) -> Optional[Plan]:
+        """``batch["x"]`` where the cell itself creates ``batch`` before the failing line:
+        moving the item would be undone by the re-run, so the creating line gets
+        ``device=`` on its factories."""
+        try:
+            node: ast.AST = ast.parse(v.expression, mode="eval").body
+        except SyntaxError:
+            return None
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        hits = fm.assignments_before(cell.tree, cell.lineno, node.id)
+        if not hits or not isinstance(hits[-1], ast.Assign) or len(hits[-1].targets) != 1:
+            return None
+        fixed = rw.with_device(hits[-1].value, self.cell_dev)
+        if fixed is None:
+            return None
+        line = f"{ast.unparse(hits[-1].targets[0])} = {fixed}"
+        why = f"line {hits[-1].lineno} creates {node.id} with {v.expression} on the wrong device"
+        return Plan(line, hits[-1].lineno, cell.frame.f_code.co_filename, note=why)
 
     def siblings(self, v: Value, cell: Any) -> list[Value]:
         """``train_step(model, (xb, yb))``: the other tensors of the tuple or list the culprit
