@@ -26,7 +26,7 @@ VARIANTS = [
         PRE + "model = nn.Linear(4, 2).to(DEVICE)\n",
         'batch = {"x": torch.randn(3, 4), "n": 3}\ny = model(batch["x"])',
         "device_mismatch",
-        'batch["x"]',
+        "batch['x']",  # named as ast.unparse writes it
     ),
     Case(
         "module_global_of_a_helper_file",
@@ -35,7 +35,10 @@ VARIANTS = [
         "shifted = audiolib.shift(wav)",
         "device_mismatch",
         "BIAS",
-        helper=("audiolib.py", "import torch\nBIAS = torch.ones(4)\ndef shift(x):\n    return x + BIAS\n"),
+        helper=(
+            "audiolib.py",
+            "import torch\nBIAS = torch.ones(4)\ndef shift(x):\n    return x + BIAS\n",
+        ),
     ),
     Case(
         "numpy_inside_a_notebook_function",

@@ -611,7 +611,9 @@ wacc, iacc = torch.tensor(0.5, device=DEVICE), torch.tensor(0.7, device=DEVICE)
         + """import ckptutils, os, tempfile
 import torch.serialization as ser
 tagging = {"on": True}  # tag the storages as saved on cuda:0, as a GPU machine does
-ser.register_package(-(id(tagging) % 10**9), lambda obj: "cuda:0" if tagging["on"] else None, lambda o, loc: None)
+# The tagger stays registered in torch for the whole process: it holds its own switch (no
+# name of this namespace), so it tags nothing once the checkpoint is written.
+ser.register_package(-(id(tagging) % 10**9), lambda obj, on=tagging: "cuda:0" if on["on"] else None, lambda o, loc: None)
 ckpt_path = os.path.join(tempfile.mkdtemp(), "Place2.pth")
 try:
     torch.save({"w": torch.ones(2)}, ckpt_path)

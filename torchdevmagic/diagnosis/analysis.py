@@ -117,10 +117,9 @@ def _user_frames(
         code = f.f_code
         lines, tree = fm.parse_source(code.co_filename, f.f_globals)
         stmt = fm.statement_at(tree, lines, ln) if lines else None
-        in_ns = namespace is not None and f.f_globals is namespace
-        is_cell = in_ns and code.co_name == "<module>"
         in_cell = fm.is_cell_file(code.co_filename, f.f_globals, namespace)
-        func = None if code.co_name == "<module>" else fm.enclosing_function(tree, ln)
+        is_cell = in_cell and fm.is_module_level(code)
+        func = None if fm.is_module_level(code) else fm.enclosing_function(tree, ln)
         out.append(_Frame(f, ln, lines, tree, stmt, is_cell, in_cell, func, torch))
     # Values: outermost first, so a tensor passed down keeps the name the user gave it.
     seen: dict[int, str] = {}

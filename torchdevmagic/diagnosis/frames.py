@@ -98,9 +98,12 @@ def cell_number(filename: str, namespace: Optional[Mapping[str, Any]] = None) ->
 
 
 def is_cell_file(filename: str, globals_: Any, namespace: Optional[Mapping[str, Any]]) -> bool:
-    return (namespace is not None and globals_ is namespace) or bool(
-        _IPYTHON_INPUT.fullmatch(filename)
-    )
+    """Code of a notebook cell: run in the namespace, or compiled under a cell's name (IPython
+    7's ``<ipython-input-n-...>``, or a name in the running shell's compiler map)."""
+    if (namespace is not None and globals_ is namespace) or _IPYTHON_INPUT.fullmatch(filename):
+        return True
+    mapping = getattr(getattr(_shell(), "compile", None), "_filename_map", None)
+    return type(mapping) is dict and filename in mapping
 
 
 def place(filename: str, lineno: int, cell: bool, namespace: Any = None) -> str:
@@ -109,6 +112,11 @@ def place(filename: str, lineno: int, cell: bool, namespace: Any = None) -> str:
         number = cell_number(filename, namespace)
         return f"Cell In[{number if number is not None else '?'}], line {lineno}"
     return f"{os.path.basename(filename)}:{lineno}"
+
+
+def is_module_level(code: Any) -> bool:
+    """A cell's own code: ``<module>``, or ``<cell line: n>`` as IPython 7 renames it."""
+    return code.co_name == "<module>" or str(code.co_name).startswith("<cell line")
 
 
 def function_name(code: Any) -> str:
@@ -121,7 +129,7 @@ def location(code: Any, lineno: int, cell: bool, namespace: Any = None) -> str:
     """Where a frame failed: ``Cell In[3], line 12`` / ``Cell In[2], line 7 in Net.forward`` /
     ``trainlib.py:41 in train_step``."""
     where = place(code.co_filename, lineno, cell, namespace)
-    if code.co_name == "<module>":
+    if is_module_level(code):
         return where
     return f"{where} in {function_name(code)}"
 
