@@ -22,7 +22,9 @@ A short tour of the three magics. It runs top to bottom on any machine: with a C
 Apple GPU it uses it, without one it falls back to the CPU and uses PyTorch's `meta` device
 to produce a real device mismatch.
 
-If the extension is not installed yet: `%pip install torchdevmagic`"""
+Not installed yet? There is no release on a package index yet: build a wheel in a checkout
+(`pip wheel --no-deps -w dist .`), then `%pip install torchdevmagic-*.whl` (Colab, Kaggle:
+upload it first); your torch stays as it is."""
 
 SETUP_MD = """\
 ## Set up: pick a device, build a small model and a batch
