@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from types import ModuleType
-from typing import Any, ContextManager, Optional
+from typing import Any, Optional
 
 
 class MissingDependency(ImportError):
@@ -25,7 +25,7 @@ def torch_if_imported() -> Optional[ModuleType]:
     return sys.modules.get("torch")
 
 
-def no_torch_function(torch: Any) -> ContextManager[Any]:
+def no_torch_function(torch: Any) -> contextlib.AbstractContextManager[Any]:
     """A context in which reading tensor metadata runs no ``__torch_function__`` at all:
     neither a tensor subclass's nor an active ``TorchFunctionMode``'s. A user's mode is user
     code, and ``torch.set_default_device`` installs a mode that would see every property read
