@@ -170,8 +170,9 @@ def test_wheel_metadata(wheel: Path) -> None:
         meta = zf.read(f"{NAME_VERSION}.dist-info/METADATA").decode()
     assert f"{NAME_VERSION}.dist-info/licenses/LICENSE" in names
     assert "torchdevmagic/py.typed" in names
-    ours = [n for n in names if n.startswith("torchdevmagic/")]
-    assert [n for n in ours if not n.endswith((".py", "/py.typed"))] == []
+    package = {n for n in _tracked("torchdevmagic") if not n.endswith("/ruff.toml")}
+    assert package - set(names) == set()  # the data files too (emulate/_checks.json)
+    assert [n for n in names if n.endswith("ruff.toml")] == []  # lint configuration stays out
     assert not [n for n in names if n.startswith("tests/")]
     assert f"Version: {torchdevmagic.__version__}\n" in meta
     assert "License-Expression: MIT\n" in meta

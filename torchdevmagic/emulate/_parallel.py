@@ -8,7 +8,8 @@ thread instead of one thread each (torch function modes are per thread).
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import torch
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 

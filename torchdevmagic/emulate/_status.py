@@ -43,6 +43,4 @@ def status() -> EmulationStatus:
     session = _session.active()
     if session is None:
         return EmulationStatus(False)
-    return EmulationStatus(
-        True, session.count, session.ledger.capacity, session.devices.current
-    )
+    return EmulationStatus(True, session.count, session.ledger.capacity, session.devices.current)

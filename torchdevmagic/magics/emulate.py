@@ -16,7 +16,9 @@ def _positive(kind: str) -> Any:
         try:
             number = float(value) if kind == "GiB" else int(value)
         except ValueError:
-            raise UsageError(f"--{'memory' if kind == 'GiB' else 'devices'} takes a number, not {value!r}") from None
+            raise UsageError(
+                f"--{'memory' if kind == 'GiB' else 'devices'} takes a number, not {value!r}"
+            ) from None
         if number <= 0:
             raise UsageError(f"--{'memory' if kind == 'GiB' else 'devices'} must be positive")
         return number
