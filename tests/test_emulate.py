@@ -60,7 +60,7 @@ def _snapshot() -> dict[str, Any]:
     for mod in _touched_modules():
         for key, value in list(vars(mod).items()):
             snap[f"{mod.__name__}.{key}"] = id(value)
-            if isinstance(value, list):
+            if issubclass(type(value), list):  # isinstance reads __class__: reduce_op warns
                 snap[f"{mod.__name__}.{key}[]"] = [id(v) for v in value]
     snap["mode stack"] = torch._C._len_torch_function_stack()
     return snap
