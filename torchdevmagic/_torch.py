@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 
 class MissingDependency(ImportError):
@@ -63,4 +63,4 @@ def nvml_module() -> Optional[ModuleType]:
         import pynvml
     except Exception:
         return None
-    return pynvml
+    return cast(ModuleType, pynvml)

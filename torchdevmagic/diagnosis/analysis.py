@@ -176,7 +176,7 @@ def _name_in_namespace(obj_id: int, namespace: Mapping[str, Any], torch: Any) ->
     items = [(name, value) for name, value in items if type(name) is str]
     for name, value in items:
         if id(value) == obj_id and not name.startswith("_"):
-            return name
+            return str(name)
     budget = 5000
     for name, value in items:
         if name.startswith("_") or not cp.is_module(value, torch):

@@ -142,7 +142,7 @@ class CudaStandIns:
                     raise RuntimeError(
                         "Both events must be recorded before calculating elapsed time."
                     )
-                return (end.t - self.t) * 1000.0
+                return float((end.t - self.t) * 1000.0)
 
         self.Stream = Stream
         self.Event = Event

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import torch
 
@@ -54,7 +54,7 @@ def first_emulated_device(args: Any, kwargs: Any) -> Optional[torch.device]:
     for a in [*args, *kwargs.values()]:
         for x in a if isinstance(a, (list, tuple)) else (a,):
             if type(x) is EmulatedTensor:
-                return x.__dict__["_emulated_device"]
+                return cast(torch.device, x.__dict__["_emulated_device"])
     return None
 
 
@@ -312,7 +312,7 @@ def check(func: Any, args: Any, kwargs: Any) -> Optional[Callable[..., Any]]:
     rule = _RULE_CACHE.get(func)
     if rule is None:
         rule = _RULE_CACHE[func] = _classify(func)
-    return rule(func, args, kwargs)
+    return cast(Optional[Callable[..., Any]], rule(func, args, kwargs))
 
 
 # Ops whose emulation differs from "check, run on CPU, wrap": filled by _special.

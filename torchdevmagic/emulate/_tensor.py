@@ -9,7 +9,7 @@ made with ``device="cuda"`` aborts the process in autograd. The Python-visible d
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import torch
 
@@ -53,7 +53,7 @@ class EmulatedTensor(torch.Tensor):
     # -- the CUDA face ---------------------------------------------------------------------
     @property
     def device(self) -> torch.device:  # type: ignore[override]
-        return self.__dict__["_emulated_device"]
+        return cast(torch.device, self.__dict__["_emulated_device"])
 
     @property
     def is_cuda(self) -> bool:  # type: ignore[override]
@@ -93,13 +93,13 @@ class EmulatedTensor(torch.Tensor):
             "copy the tensor to host memory first."
         )
 
-    def __repr__(self, *, tensor_contents=None):
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         # torch's own layout, its values read from the CPU tensor, named like a CUDA tensor.
         ts = torch._tensor_str
         if tensor_contents is None:
             inner = self.__dict__["_inner"].detach()
             tensor_contents = ts._tensor_str(inner, len("tensor(")) if inner.numel() else "[]"
-        text = ts._str(self, tensor_contents=tensor_contents)
+        text: str = ts._str(self, tensor_contents=tensor_contents)
         prefix = type(self).__name__ + "("
         return "tensor(" + text[len(prefix) :] if text.startswith(prefix) else text
 
@@ -228,5 +228,5 @@ def inner_of(t: Any) -> Any:
 def device_of(t: torch.Tensor) -> torch.device:
     """The device a user sees: ``cuda:N`` for emulated tensors, torch's own otherwise."""
     if type(t) is EmulatedTensor:
-        return t.__dict__["_emulated_device"]
+        return cast(torch.device, t.__dict__["_emulated_device"])
     return torch.Tensor.device.__get__(t)

@@ -263,7 +263,8 @@ class DevcheckMagics(Magics):
     def turn_off(self) -> None:
         self.auto = False
         if self._installed is not None and self._shell.CustomTB is self._installed:
-            old_types, old_handler = self._previous or ((), None)
+            previous: tuple[tuple[type, ...], Any] = self._previous or ((), None)
+            old_types, old_handler = previous
             self._shell.CustomTB = old_handler
             self._shell.custom_exceptions = old_types
             self._installed = None

@@ -122,7 +122,7 @@ def _refusing_mode() -> Callable[[], Any]:
         except Exception:  # pragma: no cover - every supported torch has it
             return contextlib.nullcontext
 
-        class RefuseDispatch(TorchDispatchMode):
+        class RefuseDispatch(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
             def __torch_dispatch__(
                 self, func: Any, types: Any, args: Any = (), kwargs: Any = None
             ) -> Any:

@@ -44,7 +44,7 @@ def event_median_ms(torch: Any, fn: Callable[[], Any], *, n: int, r: int, warmup
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    samples = []
+    samples: list[float] = []
     for start, end in events:
         start.record()
         for _ in range(n):
