@@ -34,7 +34,8 @@ def _with_keyword(node: ast.AST, calls: list[ast.Call], keyword: str, value: str
                 call.keywords = [*call.keywords, ast.keyword(arg=keyword, value=_dev_node(value))]
             return call
 
-    return Add().visit(node)
+    rewritten: ast.AST = Add().visit(node)  # NodeTransformer.visit is typed Any
+    return rewritten
 
 
 def with_device(expr: ast.AST, dev: str) -> Optional[str]:
