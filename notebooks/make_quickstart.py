@@ -105,6 +105,37 @@ AFTER_MD = """\
 AFTER = """\
 %devices {TARGET}"""
 
+EMULATE_MD = """\
+## Will this run on a GPU? Find out on your laptop.
+
+Code that follows `DEVICE` runs fine on a laptop (everything is on the CPU) and fails on the
+GPU. `%emulate_cuda on` gives the notebook emulated CUDA GPUs: tensors put on `"cuda"` compute
+on the CPU, with the same values, and mixing devices fails exactly where a GPU would fail, with
+PyTorch's own CUDA messages. On a machine with a real GPU the next cell leaves it to the GPU."""
+
+EMULATE_ON = """\
+if not torch.cuda.is_available():
+    %emulate_cuda on --devices 2
+gpu_model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to("cuda")
+features = torch.randn(8, 64)  # made without device=
+torch.cuda.get_device_name(), next(gpu_model.parameters()).device"""
+
+EMULATE_FAIL = """\
+%%devcheck
+scores = gpu_model(features)"""
+
+EMULATE_FIX_MD = """\
+The fix `%%devcheck` gives, applied; `%devices cuda` then lists what lives on the GPUs."""
+
+EMULATE_FIX = """\
+features = features.to("cuda:0")
+scores = gpu_model(features)
+scores.device"""
+
+EMULATE_OFF = """\
+%devices cuda
+%emulate_cuda off"""
+
 AUTOLOAD_MD = """\
 ## Next
 
@@ -133,6 +164,12 @@ def build() -> nbformat.NotebookNode:
         new_code_cell(FIX),
         new_markdown_cell(AFTER_MD),
         new_code_cell(AFTER),
+        new_markdown_cell(EMULATE_MD),
+        new_code_cell(EMULATE_ON),
+        new_code_cell(EMULATE_FAIL, metadata={"tags": ["raises-exception"]}),
+        new_markdown_cell(EMULATE_FIX_MD),
+        new_code_cell(EMULATE_FIX),
+        new_code_cell(EMULATE_OFF),
         new_markdown_cell(AUTOLOAD_MD),
     ]
     # Stable cell ids, so regenerating gives the same file (and a clean diff).

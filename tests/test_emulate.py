@@ -47,6 +47,7 @@ def _touched_modules() -> list[Any]:
         torch.utils.data._utils.pin_memory,
         torch.serialization,
         sys.modules["torch.optim.optimizer"],
+        torch.utils,
         torch.utils._foreach_utils,
     ]
     for name in ("accelerator", "distributed"):
@@ -180,6 +181,18 @@ def test_module_to_keeps_parameter_identity_and_optimizer(emu: Any) -> None:
     assert model.weight.grad is not None and model.weight.grad.device.type == "cuda"
     opt.step()
     assert not torch.equal(model.weight.detach().cpu(), before)
+
+
+def test_moving_between_emulated_gpus_while_a_graph_holds_the_parameters(emu: Any) -> None:
+    # On a GPU, Module.to assigns param.data; swap_tensors would refuse here (the output's
+    # graph holds the weight), so emulated-to-emulated moves hand over the CPU tensor instead.
+    layer = nn.Linear(2, 2).to("cuda:0")
+    out = layer(layer(torch.randn(1, 2, device="cuda:0")))  # the graph holds it twice
+    weight = layer.weight
+    layer.to("cuda:1")
+    assert layer.weight is weight and weight.device == torch.device("cuda", 1)
+    assert layer(torch.randn(1, 2, device="cuda:1")).device.index == 1
+    assert out.device.index == 0
 
 
 def test_tensors_made_inside_stay_usable_and_say_so() -> None:

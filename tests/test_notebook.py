@@ -150,7 +150,7 @@ def test_notebook_is_stored_without_outputs_and_matches_its_generator() -> None:
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
     tagged = [c for c in code if "raises-exception" in c.metadata.get("tags", [])]
-    assert [c.source.splitlines()[0] for c in tagged] == ["%%devcheck"]
+    assert [c.source.splitlines()[0] for c in tagged] == ["%%devcheck", "%%devcheck"]
     spec = importlib.util.spec_from_file_location("make_quickstart", GENERATOR)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -277,6 +277,29 @@ def test_the_fix_in_the_next_cell_runs(executed: Any) -> None:
     assert value.startswith("(torch.Size([8, 10]), device(type=") and _target(executed) in value
 
 
+def test_emulated_gpu_finds_the_bug_a_laptop_never_sees(executed: Any) -> None:
+    on = _cell(executed, "if not torch.cuda.is_available():")
+    assert [o for o in on.outputs if o["output_type"] == "error"] == []
+    shown = _plain(on)
+    if _device(executed) == "cpu":  # no real GPU: the emulated one answers
+        assert "Emulated CUDA GPU" in shown and "device(type='cuda', index=0)" in shown
+    cell = _exact(executed, "%%devcheck\nscores = gpu_model(features)")
+    (error,) = [o for o in cell.outputs if o["output_type"] == "error"]
+    assert error["ename"] == "RuntimeError"
+    assert error["evalue"] == (
+        "Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
+        "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
+    ) or "same device" in error["evalue"]
+    text = ANSI.sub("", "\n".join(error["traceback"]))
+    fixes = [line.strip() for line in text.splitlines() if line.strip().startswith("Fix:")]
+    assert fixes and fixes[0] == 'Fix:  features = features.to("cuda:0")', text
+    fixed = _cell(executed, 'features = features.to("cuda:0")')  # that fix, then the line
+    assert [o for o in fixed.outputs if o["output_type"] == "error"] == []
+    assert _plain(fixed) == "device(type='cuda', index=0)"
+    listing = ANSI.sub("", _plain(_cell(executed, "%devices cuda")))
+    assert "gpu_model" in listing and "features" in listing
+
+
 def test_without_the_tag_nbclient_reports_the_original_exception(tmp_path: Path) -> None:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -393,9 +416,10 @@ def test_page_shows_the_tables_and_logs_no_errors(probes: dict[str, Any], theme:
     for table in tables:
         assert table["width"] > 100 and table["height"] > 20, table  # laid out, not collapsed
     devices = [t for t in tables if t["headers"][:3] == ["Name", "Type", "Device"]]
-    assert len(devices) == 2, tables
+    assert len(devices) == 3, tables
     assert {"model", "batch['x']", "batch['y']", "optimizer"} <= set(devices[0]["first_column"])
     assert "head" in devices[1]["first_column"]
+    assert {"gpu_model", "features"} <= set(devices[2]["first_column"])  # %devices cuda
     (env,) = [t for t in tables if t["headers"] == ["fact", "value"]]
     assert {"python", "torch", "cuda.is_available"} <= set(env["first_column"])
 

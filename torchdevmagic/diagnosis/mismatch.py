@@ -186,6 +186,25 @@ def _mismatch_summary(  # noqa: PLR0917 - the parts of one sentence
     return summary
 
 
+def _optimizer_state_plan(c: Ctx) -> Optional[Plan]:
+    """``opt.step()`` met two devices and no name on the line holds the odd tensor: the
+    optimizer's state stayed where the parameters were when it was loaded (found with the
+    emulated GPU). ``Optimizer.load_state_dict`` casts each state tensor to its parameter's
+    device. Only the namespace's own dict and the optimizer's type are read."""
+    source = str(c.base.get("source") or "")
+    name = source.split(".step(", 1)[0] if ".step(" in source else ""
+    optim = getattr(c.torch, "optim", None)
+    if not name.isidentifier() or type(c.namespace) is not dict or optim is None:
+        return None
+    if optim.Optimizer not in type(dict.get(c.namespace, name)).__mro__:
+        return None
+    why = (
+        f"{name}'s state is on another device than its parameters (loaded before the model "
+        "moved): load_state_dict moves each state tensor to its parameter's device"
+    )
+    return Plan(f"{name}.load_state_dict({name}.state_dict())", note=why)
+
+
 def device_mismatch(c: Ctx) -> Diagnosis:
     match, frames, namespace = c.match, c.frames, c.namespace
     involved = match.devices
@@ -217,6 +236,8 @@ def device_mismatch(c: Ctx) -> Diagnosis:
             rows = [
                 Culprit(made, ", ".join(others) or "?", "made on the failing line without device=")
             ]
+    if plan is None and not culprits:
+        plan = _optimizer_state_plan(c)
     if plan is not None and plan.culprit is not None:
         rows, culprits = [culprit_row(plan.culprit)], [plan.culprit]
     notes = [plan.note] if plan is not None and plan.note else []

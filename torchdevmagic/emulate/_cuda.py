@@ -186,7 +186,7 @@ class CudaStandIns:
         self.initialized = True
 
     def is_initialized(self) -> bool:
-        return self.initialized
+        return self.initialized or self.ledger.used
 
     def get_device_name(self, device: Any = None) -> str:
         self.index(device)

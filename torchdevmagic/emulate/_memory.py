@@ -37,6 +37,7 @@ class Ledger:
         self.bound = [0] * count
         self.peak = [0] * count
         self.reserved = [0] * count
+        self.used = False  # any emulated storage made yet (CUDA would have a context)
 
     def exact(self) -> list[int]:
         from torchdevmagic.emulate._tensor import EmulatedTensor
@@ -68,6 +69,7 @@ class Ledger:
         """A fresh storage of ``nbytes`` appeared on ``device``; fail as CUDA would if full."""
         __tracebackhide__ = True  # IPython and pytest show the caller
         index = device.index or 0
+        self.used = True
         if self.bound[index] + nbytes <= self.capacity:
             self.bound[index] += nbytes
             return

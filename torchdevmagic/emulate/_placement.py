@@ -230,3 +230,38 @@ def _rnn(func: Any, args: Any, kwargs: Any) -> Any:
                     f"at {dev} and {name} tensor at {device_of(t)}"
                 )
     return func(*args, **kwargs)
+
+
+def swap_standin(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """``torch.utils.swap_tensors`` while emulating. ``nn.Module.to`` swaps an emulated
+    parameter in place; between two emulated devices (same dtype and layout) only the CPU
+    tensor and the device change hands, as ``param.data = moved`` does on a GPU, so a
+    parameter still held by an autograd graph moves as it would there."""
+
+    def swap_tensors(t1: Any, t2: Any) -> None:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        if (
+            type(t1) is EmulatedTensor
+            and type(t2) is EmulatedTensor
+            and t1.dtype == t2.dtype
+            and t1.shape == t2.shape
+            and t1.stride() == t2.stride()
+        ):
+            d1, d2 = t1.__dict__, t2.__dict__
+            for key in ("_inner", "_emulated_device"):
+                d1[key], d2[key] = d2[key], d1[key]
+            return
+        try:
+            original(t1, t2)
+        except RuntimeError as exc:
+            if "use_count" not in str(exc):
+                raise
+            from torchdevmagic.emulate._rules import EmulationUnsupported
+
+            raise EmulationUnsupported(
+                "moving a CPU parameter onto the emulated GPU swaps it in place "
+                "(torch.utils.swap_tensors), which fails while an autograd graph still holds "
+                "it: del the outputs/losses of earlier CPU runs (or .detach() them), then move"
+            ) from exc
+
+    return swap_tensors

@@ -14,7 +14,7 @@ import torch
 from torchdevmagic.emulate import _parallel, _patches, _serialize, _special, _tensor
 from torchdevmagic.emulate._cuda import CudaStandIns
 from torchdevmagic.emulate._memory import Ledger
-from torchdevmagic.emulate._placement import Devices, PlacementMode
+from torchdevmagic.emulate._placement import Devices, PlacementMode, swap_standin
 from torchdevmagic.emulate._rules import EmulationUnsupported
 
 DEFAULT_CAPACITY = 16 << 30  # bytes per emulated GPU, as a 16 GB card
@@ -118,6 +118,8 @@ def _apply(session: Session) -> None:
             if hasattr(accelerator, name):
                 p.set(accelerator, name, value)
     p.set(torch.backends.cuda, "is_built", lambda: True)
+    if hasattr(torch.utils, "swap_tensors"):
+        p.set(torch.utils, "swap_tensors", swap_standin(torch.utils.swap_tensors))
     # Optimizers take their foreach path (CUDA's default) for emulated parameters too.
     from torch.optim import optimizer
     from torch.utils import _foreach_utils

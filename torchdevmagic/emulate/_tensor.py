@@ -27,7 +27,8 @@ on_new_storage: Optional[Callable[[torch.device, int], None]] = None
 class EmulatedTensor(torch.Tensor):
     """A tensor that says ``cuda:N`` and computes on the CPU (``torchdevmagic.emulate``)."""
 
-    __torchdevmagic_device__ = True
+    # Names the instance-dict key of the Python-visible device, for torchdevmagic's scanner.
+    __torchdevmagic_device__ = "_emulated_device"
     _inner: torch.Tensor
 
     @staticmethod

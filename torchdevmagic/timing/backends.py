@@ -267,6 +267,8 @@ def default_backend(kind: Optional[str]) -> Optional[Backend]:
     for candidate in (kind,) if kind else ("cuda", "xpu", "mps"):
         backend: Backend
         if candidate in ("cuda", "xpu") and hasattr(torch, candidate):
+            if getattr(getattr(torch, candidate).Event, "emulated", False):
+                continue  # torchdevmagic.emulate: no device clock, time on the host
             backend = TorchStreamBackend(candidate)
         elif candidate == "mps" and hasattr(torch, "mps") and hasattr(torch.mps, "event"):
             backend = MpsBackend()

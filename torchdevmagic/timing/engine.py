@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -161,6 +162,9 @@ class Timer:
     @staticmethod
     def _no_device_note(kind: Optional[str]) -> str:
         what = (kind or "CUDA").upper() if kind != "mps" else "MPS"
+        emulation = sys.modules.get("torchdevmagic.emulate._session")
+        if kind in (None, "cuda") and emulation is not None and emulation.active() is not None:
+            return "emulated CUDA device (torchdevmagic.emulate): timing on the host clock"
         version = ""
         try:
             from torchdevmagic._torch import torch_if_imported

@@ -1,0 +1,141 @@
+"""The emulated GPU's cost, side by side with the plain CPU, in one run.
+
+Three measurements, each as paired, interleaved rounds (CPU with emulation off, then the same
+work emulated, then the next round): a small CNN training step (conv/bn/relu/linear, SGD
+momentum), a small transformer block step (nn.TransformerEncoderLayer, AdamW), and a tiny
+elementwise op (``x + 1`` on 16 floats). Reported: the median ratio emulated/CPU with its
+spread over rounds for the steps (target <= 1.5x), and the median added time per op (target
+<= 30 us). Both sides run the same code on the same inputs.
+
+    PYTHONPATH=$PWD python benchmarks/bench_emulate.py [--rounds 15] [--steps 5] [--ops 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from torchdevmagic.emulate import _session
+
+
+def cnn(device: str) -> Callable[[], Any]:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(16, 3, 32, 32).to(device)
+    y = torch.randint(0, 10, (16,)).to(device)
+
+    def step() -> Any:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def transformer(device: str) -> Callable[[], Any]:
+    torch.manual_seed(0)
+    block = nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True).to(device)
+    opt = torch.optim.AdamW(block.parameters(), lr=1e-3)
+    x = torch.randn(8, 32, 64).to(device)
+
+    def step() -> Any:
+        opt.zero_grad()
+        loss = block(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def tiny_op(device: str) -> Callable[[], Any]:
+    x = torch.randn(16).to(device)
+
+    def op() -> Any:
+        return x + 1
+
+    return op
+
+
+def _time(fn: Callable[[], Any], n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n
+
+
+def paired(
+    make: Callable[[str], Callable[[], Any]], rounds: int, n: int
+) -> tuple[list[float], list[float]]:
+    """Seconds per call on the CPU and emulated, one pair per round, order alternating."""
+    cpu_fn = make("cpu")
+    _session.start()
+    emu_fn = make("cuda")
+    _session.stop()
+    cpu, emu = [], []
+    for r in range(rounds):
+        order = ("cpu", "emu") if r % 2 == 0 else ("emu", "cpu")
+        for side in order:
+            if side == "cpu":
+                cpu_fn()  # warm
+                cpu.append(_time(cpu_fn, n))
+            else:
+                _session.start()
+                try:
+                    emu_fn()
+                    emu.append(_time(emu_fn, n))
+                finally:
+                    _session.stop()
+    return cpu, emu
+
+
+def ratios(cpu: list[float], emu: list[float]) -> tuple[float, float, float]:
+    r = sorted(e / c for c, e in zip(cpu, emu))
+    return statistics.median(r), r[0], r[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=5, help="training steps per round")
+    parser.add_argument("--ops", type=int, default=2000, help="tiny ops per round")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # steadier on a shared machine; both sides alike
+    print(f"torch {torch.__version__}, {args.rounds} interleaved rounds, 1 thread")
+    for name, make in (("CNN training step", cnn), ("transformer block step", transformer)):
+        cpu, emu = paired(make, args.rounds, args.steps)
+        med, lo, hi = ratios(cpu, emu)
+        print(
+            f"{name:24s} cpu {statistics.median(cpu) * 1e3:7.2f} ms  emulated "
+            f"{statistics.median(emu) * 1e3:7.2f} ms  ratio {med:.2f}x "
+            f"(rounds {lo:.2f}-{hi:.2f}; target <= 1.5x)"
+        )
+    cpu, emu = paired(tiny_op, args.rounds, args.ops)
+    added = sorted((e - c) * 1e6 for c, e in zip(cpu, emu))
+    print(
+        f"{'tiny op x + 1 (16 floats)':24s} cpu {statistics.median(cpu) * 1e6:7.2f} us  emulated "
+        f"{statistics.median(emu) * 1e6:7.2f} us  added {statistics.median(added):.1f} us "
+        f"(rounds {added[0]:.1f}-{added[-1]:.1f}; target <= 30 us)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The emulated GPU's front doors: ``%emulate_cuda`` with the other magics in a real shell,
+the pytest plugin on a test project, and ``python -m torchdevmagic.emulate`` on a script and
+on a notebook in a real kernel."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from IPython.core.error import UsageError  # noqa: E402
+
+from torchdevmagic.emulate import _session  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).parent / "data" / "emulate_project"
+BUG = "    keep = torch.ones(features.shape[1])  # the bug: made on the CPU\n"
+FIXED = "    keep = torch.ones(features.shape[1], device=DEVICE)\n"
+
+
+@pytest.fixture(autouse=True)
+def _never_left_on() -> Any:
+    yield
+    _session.stop()
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+# -- %emulate_cuda ----------------------------------------------------------------------------
+def test_magic_on_status_off(shell: Any, capsys: Any) -> None:
+    shell.run_line_magic("emulate_cuda", "on --devices 2 --memory 1")
+    out = capsys.readouterr().out
+    assert out.startswith("CUDA emulation is on: 2 emulated GPUs of 1 GiB, current cuda:0")
+    assert shell.run_cell("import torch\nn = torch.cuda.device_count()").error_in_exec is None
+    assert shell.user_ns["n"] == 2
+    status = shell.run_line_magic("emulate_cuda", "status -o")
+    assert (status.on, status.devices, status.capacity_bytes) == (True, 2, 1 << 30)
+    shell.run_line_magic("emulate_cuda", "off")
+    assert capsys.readouterr().out.strip().endswith("CUDA emulation is off")
+    assert torch.cuda.is_available() is False
+
+
+@pytest.mark.parametrize(
+    "line", ["sideways", "on --devices 0", "on --devices two", "on --memory -1"]
+)
+def test_magic_bad_options_are_usage_errors(shell: Any, line: str) -> None:
+    with pytest.raises(UsageError) as info:
+        shell.run_line_magic("emulate_cuda", line)
+    assert type(info.value) is UsageError
+    assert _session.active() is None
+
+
+def test_magic_twice_on_and_unload_stops(shell: Any, capsys: Any) -> None:
+    shell.run_line_magic("emulate_cuda", "on")
+    with pytest.raises(UsageError, match="already on"):
+        shell.run_line_magic("emulate_cuda", "on --devices 2")
+    shell.extension_manager.unload_extension("torchdevmagic")
+    assert _session.active() is None
+    shell.extension_manager.load_extension("torchdevmagic")
+
+
+def test_devices_lists_the_emulated_gpus_with_memory(shell: Any, capsys: Any) -> None:
+    shell.run_line_magic("emulate_cuda", "on --devices 2 --memory 4")
+    cell = "import torch\nx = torch.zeros(1024, 256, device='cuda:1')"
+    assert shell.run_cell(cell).error_in_exec is None
+    report = shell.run_line_magic("devices", "-o")
+    gpus = {g.device: g for g in report.gpus}
+    assert set(gpus) == {"cuda:0", "cuda:1"}
+    assert gpus["cuda:1"].allocated_bytes == 1024 * 256 * 4
+    assert gpus["cuda:0"].allocated_bytes == 0
+    assert gpus["cuda:1"].name is not None and "mulated" in gpus["cuda:1"].name
+    assert gpus["cuda:1"].reserved_bytes >= gpus["cuda:1"].allocated_bytes
+    # The variable table reads the emulated device (safe/ honours __torchdevmagic_device__).
+    assert report.totals() == {"cuda:1": 1024 * 256 * 4}
+    assert gpus["cuda:1"].named_bytes == 1024 * 256 * 4
+
+
+def test_cuda_time_says_it_times_the_emulated_device_on_the_host(shell: Any) -> None:
+    shell.run_line_magic("emulate_cuda", "on")
+    shell.run_cell("import torch\nx = torch.randn(64, 64, device='cuda')")
+    result = shell.run_cell_magic("cuda_time", "-o", "y = x @ x")
+    assert result.device == "cpu" and result.gpu_ms is None
+    assert "emulated" in result.note and "host clock" in result.note
+    assert shell.user_ns["y"].device.type == "cuda"
+
+
+# -- pytest --emulate-cuda --------------------------------------------------------------------
+def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "torchdevmagic.emulate.plugin", *args]
+    return subprocess.run(
+        cmd, cwd=project, env=_env(), capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_pytest_plugin_finds_the_device_bug(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT, project)
+    plain = _pytest(project)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    emulated = _pytest(project, "--emulate-cuda")
+    assert emulated.returncode == 1, emulated.stdout + emulated.stderr
+    out = emulated.stdout
+    assert "torchdevmagic: CUDA emulation is on: 1 emulated GPU" in out
+    assert (
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu!" in out
+    )
+    assert "1 failed, 1 passed" in out
+    assert "torchdevmagic diagnosis" in out
+    # Apply the printed fix as a user would: it names the line it replaces.
+    fix = re.search(r"^Fix:  (.+?)    \(replaces line (\d+)\)$", out, re.MULTILINE)
+    assert fix is not None, out
+    assert fix.group(1) == FIXED.strip()
+    model = project / "model.py"
+    lines = model.read_text().splitlines(keepends=True)
+    assert lines[int(fix.group(2)) - 1] == BUG
+    lines[int(fix.group(2)) - 1] = "    " + fix.group(1) + "\n"
+    model.write_text("".join(lines))
+    fixed = _pytest(project, "--emulate-cuda=2")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "2 passed" in fixed.stdout
+
+
+def test_pytest_plugin_bad_option(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT, project)
+    bad = _pytest(project, "--emulate-cuda=zero")
+    assert bad.returncode == 4
+    assert "--emulate-cuda takes a number of GPUs, not 'zero'" in bad.stderr
+
+
+def test_pytest11_entry_point_is_declared() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    assert (
+        "[project.entry-points.pytest11]\n"
+        '"torchdevmagic.emulate.plugin" = "torchdevmagic.emulate.plugin"' in text
+    )
+
+
+# -- python -m torchdevmagic.emulate ----------------------------------------------------------
+SCRIPT = """\
+import sys
+import torch
+import torch.nn as nn
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Linear(4, 2).to(DEVICE)
+batch = torch.randn(8, 4)
+print("args", sys.argv[1:])
+out = model(batch)
+print("ok", out.shape)
+"""
+
+
+def _command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "torchdevmagic.emulate", *args]
+    return subprocess.run(
+        cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def test_command_runs_a_script_and_explains_its_device_error(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    failed = _command("--devices", "2", str(script), "--epochs", "1", cwd=tmp_path)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "args ['--epochs', '1']" in failed.stdout
+    assert "but got mat1 is on cpu, different from other tensors on cuda:0" in failed.stderr
+    assert "Fix:" in failed.stderr and "batch" in failed.stderr
+    plain = subprocess.run(
+        [sys.executable, str(script)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert plain.returncode == 0  # the CPU never sees the bug
+    script.write_text(SCRIPT.replace("torch.randn(8, 4)", "torch.randn(8, 4, device=DEVICE)"))
+    fixed = _command(str(script), cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "ok torch.Size([8, 2])" in fixed.stdout
+
+
+def test_command_usage_errors(tmp_path: Path) -> None:
+    missing = _command(str(tmp_path / "nope.py"), cwd=tmp_path)
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+@pytest.mark.kernel
+def test_command_runs_a_notebook_in_a_kernel_cell_by_cell(tmp_path: Path) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import torch, torch.nn as nn\n"
+            "DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+            "emb = nn.Embedding(100, 8).to(DEVICE)\n"
+            "input_ids = torch.tensor([[1, 2, 3]])"
+        ),
+        nbformat.v4.new_code_cell("h = emb(input_ids)"),
+        nbformat.v4.new_code_cell("print('still running', torch.cuda.device_count())"),
+        nbformat.v4.new_code_cell("scores = emb.weight.sum(1).numpy()"),
+    ]
+    path = tmp_path / "demo.ipynb"
+    nbformat.write(nb, path)
+    run = _command("--devices", "2", str(path), cwd=tmp_path)
+    out = run.stdout
+    assert run.returncode == 1, out + run.stderr
+    assert "--- code cell 2: h = emb(input_ids)" in out
+    assert "but got index is on cpu, different from other tensors on cuda:0" in out
+    assert "Fix:  input_ids = input_ids.to(DEVICE)" in out
+    assert "--- code cell 4: scores = emb.weight.sum(1).numpy()" in out
+    assert "can't convert cuda:0 device type tensor to numpy" in out
+    assert "--- code cell 3" not in out
+    assert "demo.ipynb: 2 cell(s) failed on 2 emulated GPU(s)" in out

@@ -1,0 +1,10 @@
+"""``python -m torchdevmagic.emulate``: see :mod:`torchdevmagic.emulate._command`."""
+
+from __future__ import annotations
+
+if __name__ == "__main__":
+    import sys
+
+    from torchdevmagic.emulate._command import main
+
+    sys.exit(main())

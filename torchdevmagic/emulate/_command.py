@@ -1,0 +1,173 @@
+"""``python -m torchdevmagic.emulate``: run a script or a notebook as if on a GPU machine.
+
+A script runs in this process under emulation (``runpy``, ``sys.argv`` as the script would
+see it); a device error prints its traceback and the %%devcheck diagnosis, and the exit status
+is 1. A notebook runs in a real Jupyter kernel (nbclient), emulation and ``%devcheck on``
+switched on first; every cell runs even after a failure, each device error is reported with
+its cell, diagnosis and fix, and the exit status is 1 when any cell failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+USAGE = (
+    "python -m torchdevmagic.emulate [--devices N] [--memory GiB] script.py [args] | notebook.ipynb"
+)
+_PROBE = (
+    "import json as _tdm_json\n"
+    "_tdm_d = get_ipython().run_line_magic('devcheck', '-o')\n"
+    "print('@@torchdevmagic@@' + _tdm_json.dumps(None if _tdm_d is None else "
+    "{'text': _tdm_d.to_text(), 'fix': _tdm_d.fix}))\n"
+    "del _tdm_json, _tdm_d"
+)
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m torchdevmagic.emulate", usage=USAGE)
+    parser.add_argument("--devices", type=int, default=1, help="emulated GPUs (default 1)")
+    parser.add_argument("--memory", type=float, default=16.0, help="GiB per GPU (default 16)")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per notebook cell")
+    parser.add_argument("target", help="a .py script or an .ipynb notebook")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    args = parser.parse_args(argv)
+    if args.devices < 1:
+        parser.error("--devices must be at least 1")
+    if not Path(args.target).is_file():
+        parser.error(f"no such file: {args.target}")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.target.endswith(".ipynb"):
+        return run_notebook(Path(args.target), args.devices, args.memory, args.timeout)
+    return run_script(args.target, args.args, args.devices, args.memory)
+
+
+def run_script(path: str, script_args: Sequence[str], devices: int, memory: float) -> int:
+    from torchdevmagic.emulate import _session
+
+    _session.start(devices, int(memory * (1 << 30)))
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [path, *script_args]
+    sys.path.insert(0, str(Path(path).resolve().parent))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:
+        traceback.print_exc()
+        _explain(exc, path)
+        return 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        _session.stop()
+    print(f"torchdevmagic: {path} ran without device errors on {devices} emulated GPU(s)")
+    return 0
+
+
+def _explain(exc: BaseException, path: str) -> None:
+    from torchdevmagic.diagnosis import diagnose
+    from torchdevmagic.emulate._frames import user_globals
+
+    try:
+        diagnosis = diagnose(exc, user_globals(exc))
+    except Exception as err:
+        print(f"torchdevmagic: the device-error analysis failed ({err})", file=sys.stderr)
+        return
+    if diagnosis is None:
+        print(f"torchdevmagic: {path} failed; the error is not a device error we know")
+    else:
+        print("\n" + diagnosis.to_text(), file=sys.stderr)
+
+
+def _kernel_manager(workdir: Path) -> Any:
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    spec_dir = workdir / "kernels" / "tdm-emulate"
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "torchdevmagic emulate",
+        "language": "python",
+        "env": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+    specs = KernelSpecManager(kernel_dirs=[str(workdir / "kernels")], ensure_native_kernel=False)
+    return KernelManager(kernel_name="tdm-emulate", kernel_spec_manager=specs)
+
+
+def run_notebook(path: Path, devices: int, memory: float, timeout: int) -> int:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    setup = nbformat.v4.new_code_cell(
+        f"%load_ext torchdevmagic\n%emulate_cuda on --devices {devices} --memory {memory}\n"
+        "%devcheck on"
+    )
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        client = NotebookClient(
+            nb,
+            km=_kernel_manager(Path(tmp)),
+            timeout=timeout,
+            allow_errors=True,
+            resources={"metadata": {"path": str(path.resolve().parent)}},
+        )
+        with client.setup_kernel():
+            _run_hidden(client, setup, 0)
+            code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+            for number, (index, cell) in enumerate(code, 1):
+                client.execute_cell(cell, index)
+                error = next((o for o in cell.outputs if o.output_type == "error"), None)
+                if error is None:
+                    continue
+                failures += 1
+                report = _run_hidden(client, nbformat.v4.new_code_cell(_PROBE), index)
+                nb.cells[index] = cell
+                _print_failure(number, cell, error, report)
+    name = path.name
+    if failures:
+        print(f"torchdevmagic: {name}: {failures} cell(s) failed on {devices} emulated GPU(s)")
+        return 1
+    print(f"torchdevmagic: {name} ran without errors on {devices} emulated GPU(s)")
+    return 0
+
+
+def _run_hidden(client: Any, cell: Any, index: int) -> Optional[dict[str, Any]]:
+    saved = client.nb.cells[index] if client.nb.cells else None
+    client.execute_cell(cell, index)
+    if saved is not None:
+        client.nb.cells[index] = saved
+    for out in cell.outputs:
+        if out.output_type == "error":
+            raise RuntimeError(
+                f"torchdevmagic setup failed in the kernel: {out.ename}: {out.evalue}"
+            )
+        text = out.get("text", "")
+        if out.output_type == "stream" and "@@torchdevmagic@@" in text:
+            payload = text.split("@@torchdevmagic@@", 1)[1].strip()
+            return json.loads(payload)
+    return None
+
+
+def _print_failure(number: int, cell: Any, error: Any, report: Optional[dict[str, Any]]) -> None:
+    first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
+    print(f"--- code cell {number}: {first}")
+    print(f"{error.ename}: {error.evalue}")
+    if report is not None:
+        print(report["text"])
+    else:
+        print("(not a device error torchdevmagic knows)")
+    print()
