@@ -40,6 +40,7 @@ def _touched_modules() -> list[Any]:
         torch.cuda,
         torch.cuda.memory,
         torch.backends.cuda,
+        torch.backends.cudnn,
         torch._utils,
         torch.nn.parallel.comm,
         sys.modules["torch.nn.parallel.data_parallel"],

@@ -286,10 +286,14 @@ def test_emulated_gpu_finds_the_bug_a_laptop_never_sees(executed: Any) -> None:
     cell = _exact(executed, "%%devcheck\nscores = gpu_model(features)")
     (error,) = [o for o in cell.outputs if o["output_type"] == "error"]
     assert error["ename"] == "RuntimeError"
-    assert error["evalue"] == (
-        "Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
-        "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
-    ) or "same device" in error["evalue"]
+    assert (
+        error["evalue"]
+        == (
+            "Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
+            "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
+        )
+        or "same device" in error["evalue"]
+    )
     text = ANSI.sub("", "\n".join(error["traceback"]))
     fixes = [line.strip() for line in text.splitlines() if line.strip().startswith("Fix:")]
     assert fixes and fixes[0] == 'Fix:  features = features.to("cuda:0")', text

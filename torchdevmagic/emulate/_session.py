@@ -118,6 +118,11 @@ def _apply(session: Session) -> None:
             if hasattr(accelerator, name):
                 p.set(accelerator, name, value)
     p.set(torch.backends.cuda, "is_built", lambda: True)
+    # cuDNN is not emulated: RNNs take their native path (a CUDA build would otherwise try
+    # cudnn's weight flattening on the emulated tensors).
+    from torch.backends import cudnn
+
+    p.set(cudnn, "is_acceptable", lambda tensor: False)
     if hasattr(torch.utils, "swap_tensors"):
         p.set(torch.utils, "swap_tensors", swap_standin(torch.utils.swap_tensors))
     # Optimizers take their foreach path (CUDA's default) for emulated parameters too.
