@@ -24,7 +24,6 @@ from torchdevmagic.emulate import _session  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = Path(__file__).parent / "data" / "emulate_project"
 BUG = "    keep = torch.ones(features.shape[1])  # the bug: made on the CPU\n"
-FIXED = "    keep = torch.ones(features.shape[1], device=DEVICE)\n"
 
 
 @pytest.fixture(autouse=True)
@@ -123,13 +122,13 @@ def test_pytest_plugin_finds_the_device_bug(tmp_path: Path) -> None:
     assert "1 failed, 1 passed" in out
     assert "torchdevmagic diagnosis" in out
     # Apply the printed fix as a user would: it names the line it replaces.
-    fix = re.search(r"^Fix:  (.+?)    \(replaces line (\d+)\)$", out, re.MULTILINE)
+    fix = re.search(r"^Fix:  in predict \(.*line (\d+)\): (.+)$", out, re.MULTILINE)
     assert fix is not None, out
-    assert fix.group(1) == FIXED.strip()
+    assert fix.group(2).startswith("keep = torch.ones(features.shape[1], device=")
     model = project / "model.py"
     lines = model.read_text().splitlines(keepends=True)
-    assert lines[int(fix.group(2)) - 1] == BUG
-    lines[int(fix.group(2)) - 1] = "    " + fix.group(1) + "\n"
+    assert lines[int(fix.group(1)) - 1] == BUG
+    lines[int(fix.group(1)) - 1] = "    " + fix.group(2) + "\n"
     model.write_text("".join(lines))
     fixed = _pytest(project, "--emulate-cuda=2")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
