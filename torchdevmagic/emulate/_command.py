@@ -16,8 +16,9 @@ import runpy
 import sys
 import tempfile
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 USAGE = (
     "python -m torchdevmagic.emulate [--devices N] [--memory GiB] script.py [args] | notebook.ipynb"
@@ -158,7 +159,8 @@ def _run_hidden(client: Any, cell: Any, index: int) -> Optional[dict[str, Any]]:
         text = out.get("text", "")
         if out.output_type == "stream" and "@@torchdevmagic@@" in text:
             payload = text.split("@@torchdevmagic@@", 1)[1].strip()
-            return json.loads(payload)
+            found: dict[str, Any] = json.loads(payload)
+            return found
     return None
 
 

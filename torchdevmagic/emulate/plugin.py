@@ -8,7 +8,8 @@ with the %%devcheck diagnosis of its device error. Without the option nothing is
 
 from __future__ import annotations
 
-from typing import Any, Generator
+from collections.abc import Generator
+from typing import Any
 
 import pytest
 
