@@ -3,10 +3,16 @@
 Host section (always): per-run overhead on the host-clock path against a bare ``exec`` of the
 same compiled cell, as the median over many single runs (target: under 100 µs).
 
+Loop section (always): ``%%cuda_time -n N -r R`` on ``y = x + 1`` (a small CPU tensor) against
+IPython's ``%timeit -n N -r R`` of the same statement, paired and interleaved (the order
+alternates each pair); the ratio of their per-run medians, reported / true (target: at most
+1.03). For comparison, the same through the engine with one Python call per run (how
+``-n`` ran before the cell was compiled into a loop function).
+
 GPU section (only where CUDA is available): a 4096x4096 fp32 matmul timed by ``%%cuda_time``,
 by ``torch.utils.benchmark`` and by hand-made CUDA events (target: within 5 %).
 
-    python benchmarks/bench_cuda_time.py [--runs 20000]
+    python benchmarks/bench_cuda_time.py [--runs 20000] [--pairs 15]
 """
 
 from __future__ import annotations
@@ -95,6 +101,60 @@ def host_section(runs: int) -> None:
     print("  target: engine overhead per run < 100 µs")
 
 
+def _quantiles(values: list[float]) -> str:
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    spread = f"quartiles {q[0]:.3f}-{q[2]:.3f}, min {min(values):.3f}, max {max(values):.3f}"
+    return f"median {q[1]:.3f} ({spread})"
+
+
+def loop_section(pairs: int, n: int = 500) -> None:
+    """One sample of ``n`` runs per tool per pair, the order alternating: on a loaded machine
+    a pair's two samples see the same load, so the median ratio is robust where a single
+    long run of each is not."""
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from torchdevmagic.magics._cell import compile_cell, run_compiled
+
+    shell = InteractiveShell.instance()
+    shell.extension_manager.load_extension("torchdevmagic")
+    shell.user_ns["x"] = torch.ones(8)
+    stmt = "y = x + 1"
+    timer = shell.magics_manager.registry["CudaTimeMagics"].timer
+    plan = timer.plan(n=n, r=1, warmup=1, device="cpu")
+    compiled = compile_cell(shell, stmt, "cuda_time")
+
+    def timeit_ms() -> float:
+        res = shell.run_line_magic("timeit", f"-q -o -n {n} -r 1 {stmt}")
+        return float(res.all_runs[0] / res.loops * 1e3)
+
+    def magic_ms() -> float:
+        res = shell.run_cell_magic("cuda_time", f"-q -o -n {n} -r 1 -w 1 --device cpu", stmt)
+        return float(res.wall_samples_ms[0])
+
+    def per_call_ms() -> float:  # the engine calling the cell once per run (the old -n path)
+        return float(timer.run(plan, lambda: run_compiled(shell, compiled)).result.wall_ms or 0)
+
+    tools = (timeit_ms, magic_ms, per_call_ms)
+    for fn in tools:
+        fn()
+    got: dict[str, list[float]] = {fn.__name__: [] for fn in tools}
+    for i in range(pairs):
+        for fn in tools if i % 2 else tools[::-1]:
+            got[fn.__name__].append(fn())
+    med = statistics.median
+    ref = got["timeit_ms"]
+    print(f"loop: {stmt!r} on torch.ones(8), -n {n}, {pairs} interleaved pairs")
+    print(f"  %timeit, median per run                 {med(ref) * 1e3:8.3f} µs")
+    for name, label in (("magic_ms", "%%cuda_time -n"), ("per_call_ms", "one call per run (old)")):
+        ratios = [a / b for a, b in zip(got[name], ref)]
+        print(
+            f"  {label:22s} / %timeit: ratio of medians {med(got[name]) / med(ref):.3f}, "
+            f"per pair {_quantiles(ratios)}"
+        )
+    print("  target: %%cuda_time -n / %timeit <= 1.03")
+
+
 def gpu_section() -> None:
     import torch
 
@@ -145,8 +205,10 @@ def gpu_section() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20000)
+    parser.add_argument("--pairs", type=int, default=15)
     args = parser.parse_args()
     host_section(args.runs)
+    loop_section(args.pairs)
     gpu_section()
 
 

@@ -27,6 +27,7 @@ class CompiledCell:
     last: Optional[CodeType]  # the final expression, evaluated for Out[n]
     filename: str
     source: str  # the transformed body, as cached for tracebacks
+    tree: Optional[ast.Module] = None  # the transformed statements (for magics/_loop.py)
 
 
 # Per input-transformer manager: (its transformers, raw cell) -> the static transformation.
@@ -156,6 +157,7 @@ def compile_cell(shell: Any, cell: str, magic: str) -> CompiledCell:
         raise UsageError(f"%%{magic} cannot run top-level await; put it in a plain cell")
     tree = shell.transform_ast(tree)
     body_nodes = list(tree.body)
+    whole = ast.Module(body=list(body_nodes), type_ignores=[])
     last: Optional[CodeType] = None
     if body_nodes and isinstance(body_nodes[-1], ast.Expr):
         expr = ast.Expression(body_nodes.pop().value)
@@ -164,7 +166,7 @@ def compile_cell(shell: Any, cell: str, magic: str) -> CompiledCell:
     if body_nodes:
         module = ast.Module(body=body_nodes, type_ignores=[])
         body = shell.compile(module, filename, "exec")
-    return CompiledCell(body=body, last=last, filename=filename, source=source)
+    return CompiledCell(body=body, last=last, filename=filename, source=source, tree=whole)
 
 
 def run_compiled(shell: Any, compiled: CompiledCell) -> Any:

@@ -14,6 +14,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from torchdevmagic.magics._args import ParsedLines
 from torchdevmagic.magics._cell import compile_cell, ends_quietly, run_compiled
+from torchdevmagic.magics._loop import build_loop
 from torchdevmagic.magics._show import show
 
 if TYPE_CHECKING:
@@ -94,7 +95,9 @@ class CudaTimeMagics(Magics):
             __tracebackhide__ = True
             return run_compiled(self.shell, compiled)
 
-        m = self.timer.run(plan, body, key=key)
+        # -n/-r: the cell compiled once into a function with the loop inside (as %timeit)
+        loop = build_loop(self.shell, compiled) if args.n * args.r > 1 or args.w else None
+        m = self.timer.run(plan, body, key=key, loop=loop)
         if not args.q:
             show(self.shell, m.result)
         if m.error is not None:

@@ -36,6 +36,7 @@ from torchdevmagic.timing.backends import (
 from torchdevmagic.timing.engine import (
     STREAM_MODES,
     CaptureInProgress,
+    Loop,
     Measurement,
     Plan,
     Timer,
@@ -108,6 +109,7 @@ __all__ = [
     "SYNC_WARNING",
     "Backend",
     "CaptureInProgress",
+    "Loop",
     "Measurement",
     "MpsBackend",
     "Plan",

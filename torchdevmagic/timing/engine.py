@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from torchdevmagic._device import Device
 from torchdevmagic._format import plural
@@ -50,6 +50,39 @@ class Measurement:
 
 
 _TIMING_TYPES = ("cuda", "xpu", "mps", "cpu")
+
+
+class Loop(Protocol):
+    """Runs the timed code ``times`` times in one call (the magic compiles a cell into such a
+    function, as ``%timeit`` does, so a run costs no Python call of ours)."""
+
+    def __call__(self, times: int) -> Any: ...
+
+    def runs_done(self, exc: BaseException) -> int:
+        """How many runs had started when ``exc`` stopped the loop (the failing one too)."""
+        ...
+
+
+class _Repeat:
+    """A plain callable as a :class:`Loop`: one call of ``fn`` per run."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+        self._failed_at = 1
+
+    def __call__(self, times: int) -> Any:
+        __tracebackhide__ = True  # IPython leaves this frame out of the user's traceback
+        fn, value, done = self._fn, None, 0
+        try:
+            for done in range(times):  # noqa: B007 - read in the except branch
+                value = fn()
+        except Exception:
+            self._failed_at = done + 1
+            raise
+        return value
+
+    def runs_done(self, exc: BaseException) -> int:
+        return self._failed_at
 
 
 def parse_device(device: Optional[str]) -> tuple[Optional[str], Optional[int]]:
@@ -177,16 +210,25 @@ class Timer:
 
     # -- running ---------------------------------------------------------------------------
 
-    def run(self, plan: Plan, fn: Callable[[], Any], key: Optional[str] = None) -> Measurement:
-        """Run ``fn`` as planned. The code's exception is returned in ``error``, not raised
-        (so the caller can show what was measured first); KeyboardInterrupt propagates."""
+    def run(
+        self,
+        plan: Plan,
+        fn: Callable[[], Any],
+        key: Optional[str] = None,
+        *,
+        loop: Optional[Loop] = None,
+    ) -> Measurement:
+        """Run ``fn`` as planned (or ``loop``, which runs the same code n times per call).
+        The code's exception is returned in ``error``, not raised (so the caller can show
+        what was measured first); KeyboardInterrupt propagates."""
         cold = plan.warmup == 0 and key is not None and key not in self.seen
         if key is not None:
             self.seen.add(key)
+        calls: Loop = loop if loop is not None else _Repeat(fn)
         if plan.backend is None:
-            m = self._run_host(plan, fn)
+            m = self._run_host(plan, calls)
         else:
-            m = self._run_device(plan, plan.backend, fn)
+            m = self._run_device(plan, plan.backend, calls)
         m.result.cold = cold
         return m
 
@@ -204,18 +246,15 @@ class Timer:
         plan = self.plan(n=n, r=r, warmup=warmup, device=device, stream=stream)
         return self.run(plan, fn, key=source_key(key, plan.device) if key else None)
 
-    def _call(self, fn: Callable[[], Any], times: int) -> tuple[Any, Optional[Exception], int]:
-        """Call ``fn`` up to ``times`` times; stop at the first exception."""
+    def _call(self, calls: Loop, times: int) -> tuple[Any, Optional[Exception], int]:
+        """Run the code ``times`` times; stop at the first exception."""
         __tracebackhide__ = True  # IPython leaves this frame out of the user's traceback
-        value = None
-        for done in range(times):
-            try:
-                value = fn()
-            except Exception as exc:
-                return None, exc, done + 1
-        return value, None, times
+        try:
+            return calls(times), None, times
+        except Exception as exc:
+            return None, exc, calls.runs_done(exc)
 
-    def _run_host(self, plan: Plan, fn: Callable[[], Any]) -> Measurement:
+    def _run_host(self, plan: Plan, fn: Loop) -> Measurement:
         acc = Samples()
         if plan.warmup:
             acc.value, acc.error, _ = self._call(fn, plan.warmup)
@@ -249,7 +288,7 @@ class Timer:
                 self.sleep(min(self.max_poll_s, waited / 50))
         return 0.0 if began is None else self.clock() - began
 
-    def _run_device(self, plan: Plan, b: Backend, fn: Callable[[], Any]) -> Measurement:
+    def _run_device(self, plan: Plan, b: Backend, fn: Loop) -> Measurement:
         acc = Samples()
         # Events exist before the timed region: creating them inside would be timed too.
         pairs = [(b.new_event(), b.new_event()) for _ in range(plan.r)]
@@ -319,7 +358,7 @@ class Timer:
         self,
         plan: Plan,
         b: Backend,
-        fn: Callable[[], Any],
+        fn: Loop,
         *,
         stream: Any,
         events: tuple[Any, Any],
