@@ -271,11 +271,18 @@ def test_parse_device() -> None:
         parse_device("mps:1")
 
 
-def test_device_kind_the_backend_lacks_falls_back_to_host_with_a_note() -> None:
+def test_device_kind_the_backend_lacks_is_refused_not_timed_on_the_host() -> None:
     timer, _ = make_timer(FakeBackend([], kind="cuda"))
-    plan = timer.plan(device="xpu")
-    assert plan.backend is None and plan.note and "no XPU device" in plan.note
+    with pytest.raises(ValueError, match="--device xpu: no XPU device here"):
+        timer.plan(device="xpu")
+    with pytest.raises(ValueError, match=r"device=xpu: no XPU device here.*without device="):
+        timer.plan(device="xpu", origin="call")
     assert timer.plan(device="cpu").note is None  # asked for: no apology needed
+    gone = FakeBackend([])
+    gone.is_available = lambda: False  # type: ignore[method-assign]
+    unavailable, _ = make_timer(gone)
+    plan = unavailable.plan()  # no device asked for: the host clock, with a note
+    assert plan.backend is None and plan.note and "no CUDA device" in plan.note
 
 
 # ------------------------------------------------------------------------ cold / warm
@@ -505,7 +512,7 @@ def test_python_api_passes_arguments_and_keeps_the_users_exception() -> None:
     def add(a: int, b: int = 0) -> int:
         return a + b
 
-    r = cuda_time(add, 1, b=2, n=3, r=2)
+    r = cuda_time(add, 1, b=2, n=3, r=2, warmup=0)
     assert (r.runs, r.repeats) == (3, 2) and len(r.wall_samples_ms) == 2
     assert r.cold
     assert not cuda_time(add, 1).cold  # same function again: warm

@@ -49,7 +49,13 @@ class CudaTimeMagics(Magics):
     @argument(
         "-r", type=int, default=1, metavar="R", help="repeats, one sample each (default 1). -r 5"
     )
-    @argument("-w", type=int, default=0, metavar="W", help="untimed warm-up runs first. -w 1")
+    @argument(
+        "-w",
+        type=int,
+        default=None,
+        metavar="W",
+        help="untimed warm-up runs first (default: 1 with -n/-r, else 0). -w 0",
+    )
     @argument(
         "--stream",
         choices=("dedicated", "current"),  # timing.STREAM_MODES; a test keeps them equal
@@ -96,7 +102,7 @@ class CudaTimeMagics(Magics):
             return run_compiled(self.shell, compiled)
 
         # -n/-r: the cell compiled once into a function with the loop inside (as %timeit)
-        loop = build_loop(self.shell, compiled) if args.n * args.r > 1 or args.w else None
+        loop = build_loop(self.shell, compiled) if args.n * args.r > 1 or plan.warmup else None
         m = self.timer.run(plan, body, key=key, loop=loop)
         if not args.q:
             show(self.shell, m.result)

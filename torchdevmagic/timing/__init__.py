@@ -73,16 +73,17 @@ def cuda_time(
     *args: Any,
     n: int = 1,
     r: int = 1,
-    warmup: int = 0,
+    warmup: Optional[int] = None,
     device: Optional[str] = None,
     stream: str = "dedicated",
     **kwargs: Any,
 ) -> TimingResult:
     """Time ``fn(*args, **kwargs)`` with the engine behind ``%%cuda_time``.
 
-    ``n`` runs per repeat, ``r`` repeats (statistics when ``n * r > 1``), ``warmup`` untimed
-    runs first, ``device`` ("cuda:1", "cpu", ...; default: the current accelerator),
-    ``stream`` "dedicated" or "current". Without an accelerator, the host clock is used.
+    ``n`` calls per repeat, ``r`` repeats (statistics when ``n * r > 1``), ``warmup`` untimed
+    calls first (default: one when ``n * r > 1``, else none), ``device`` ("cuda:1", "cpu",
+    ...; default: the current accelerator, refused when asked for and absent), ``stream``
+    "dedicated" or "current". Without an accelerator, the host clock is used.
     The first timing of a given function in this process is marked cold. If ``fn`` raises,
     the exception propagates unchanged (streams and device restored)::
 
@@ -98,6 +99,7 @@ def cuda_time(
         device=device,
         stream=stream,
         key=_callable_key(fn),
+        origin="call",
     )
     if m.error is not None:
         raise m.error

@@ -38,6 +38,7 @@ class Plan:
     r: int
     warmup: int
     note: Optional[str] = None
+    origin: str = "cell"  # "cell" (%%cuda_time) or "call" (the Python API): the words shown
 
 
 @dataclass
@@ -153,23 +154,39 @@ class Timer:
         *,
         n: int = 1,
         r: int = 1,
-        warmup: int = 0,
+        warmup: Optional[int] = 0,
         device: Optional[str] = None,
         stream: str = "dedicated",
+        origin: str = "cell",
     ) -> Plan:
-        """Validate options and resolve the device. ValueError / CaptureInProgress refuse."""
+        """Validate options and resolve the device. ValueError / CaptureInProgress refuse.
+
+        ``warmup=None``: one untimed run first in benchmark mode (``n * r > 1``), none for a
+        single run. An explicit accelerator that is not there is refused (``device="cuda:1"``
+        without CUDA): timing the CPU instead would answer another question. ``origin``
+        "call" words messages for the Python API (``warmup=``, not ``-w``)."""
+        api = origin == "call"
         if n < 1 or r < 1:
-            raise ValueError(f"-n and -r must be at least 1 (got -n {n} -r {r})")
+            got = f"n={n}, r={r}" if api else f"-n {n} -r {r}"
+            raise ValueError(f"{'n and r' if api else '-n and -r'} must be at least 1 (got {got})")
+        if warmup is None:
+            warmup = 1 if n * r > 1 else 0
         if warmup < 0:
-            raise ValueError(f"-w must be 0 or more (got {warmup})")
+            raise ValueError(f"{'warmup' if api else '-w'} must be 0 or more (got {warmup})")
         if stream not in STREAM_MODES:
-            raise ValueError(f"--stream must be one of {', '.join(STREAM_MODES)} (got {stream!r})")
+            what = "stream" if api else "--stream"
+            raise ValueError(f"{what} must be one of {', '.join(STREAM_MODES)} (got {stream!r})")
         kind, index = parse_device(device)
         if kind == "cpu":
-            return Plan(None, 0, "cpu", None, n, r, warmup)
+            return Plan(None, 0, "cpu", None, n, r, warmup, origin=origin)
         backend = self._backend_for(kind)
+        if backend is None and kind is not None:
+            raise ValueError(
+                self._no_device_note(kind, asked=f"{'device=' if api else '--device '}{device}")
+            )
         if backend is None:
-            return Plan(None, 0, "cpu", None, n, r, warmup, note=self._no_device_note(kind))
+            note = self._no_device_note(kind)
+            return Plan(None, 0, "cpu", None, n, r, warmup, note=note, origin=origin)
         count = backend.device_count()
         if index is None:
             index = backend.current_device()
@@ -182,7 +199,7 @@ class Timer:
             )
         name = backend.kind if backend.kind == "mps" else f"{backend.kind}:{index}"
         mode = stream if backend.has_streams else "default"
-        return Plan(backend, index, name, mode, n, r, warmup)
+        return Plan(backend, index, name, mode, n, r, warmup, origin=origin)
 
     def _backend_for(self, kind: Optional[str]) -> Optional[Backend]:
         if self._injected is not None:
@@ -193,7 +210,9 @@ class Timer:
         return self._backends[kind]
 
     @staticmethod
-    def _no_device_note(kind: Optional[str]) -> str:
+    def _no_device_note(kind: Optional[str], asked: Optional[str] = None) -> str:
+        """Why the host clock is used; or, for ``asked`` (the option as given), why the
+        requested device cannot be timed."""
         what = (kind or "CUDA").upper() if kind != "mps" else "MPS"
         emulation = sys.modules.get("torchdevmagic.emulate._session")
         if kind in (None, "cuda") and emulation is not None and emulation.active() is not None:
@@ -206,6 +225,9 @@ class Timer:
             version = f" (torch {torch.__version__})" if torch is not None else ""
         except Exception:
             pass
+        if asked is not None:
+            option = asked.split("=")[0] + "=" if "=" in asked else asked.split()[0]
+            return f"{asked}: no {what} device here{version}; without {option} it times the host"
         return f"no {what} device{version}: timing on the host clock (wall + process CPU time)"
 
     # -- running ---------------------------------------------------------------------------
@@ -238,12 +260,13 @@ class Timer:
         *,
         n: int = 1,
         r: int = 1,
-        warmup: int = 0,
+        warmup: Optional[int] = 0,
         device: Optional[str] = None,
         stream: str = "dedicated",
         key: Optional[str] = None,
+        origin: str = "cell",
     ) -> Measurement:
-        plan = self.plan(n=n, r=r, warmup=warmup, device=device, stream=stream)
+        plan = self.plan(n=n, r=r, warmup=warmup, device=device, stream=stream, origin=origin)
         return self.run(plan, fn, key=source_key(key, plan.device) if key else None)
 
     def _call(self, calls: Loop, times: int) -> tuple[Any, Optional[Exception], int]:
@@ -257,7 +280,7 @@ class Timer:
     def _run_host(self, plan: Plan, fn: Loop) -> Measurement:
         acc = Samples()
         if plan.warmup:
-            acc.value, acc.error, _ = self._call(fn, plan.warmup)
+            acc.value, acc.error, acc.warmup_done = self._call(fn, plan.warmup)
         for _ in range(plan.r if acc.error is None else 0):
             c0 = self.cpu_clock()
             t0 = self.clock()
@@ -267,7 +290,7 @@ class Timer:
             acc.add(done, host=t1 - t0, wall=t1 - t0, cpu=c1 - c0)
             if acc.error is not None:
                 break
-        result = TimingResult(device="cpu", clock="host", note=plan.note)
+        result = TimingResult(device="cpu", clock="host", note=plan.note, origin=plan.origin)
         acc.fill(result, plan)
         return Measurement(result, acc.value, acc.error)
 
@@ -308,7 +331,7 @@ class Timer:
                 # The wall clock starts when earlier work is done (Run All queues a lot).
                 acc.queued_ms = self._wait(b, ready) * 1e3
                 if warm_done is not None:
-                    acc.value, acc.error, _ = self._call(fn, plan.warmup)
+                    acc.value, acc.error, acc.warmup_done = self._call(fn, plan.warmup)
                     b.record(warm_done, s)
                     self._wait(b, warm_done)  # timed runs start on an idle stream
                 acc.start_bytes = b.allocated_bytes(plan.index)
@@ -330,6 +353,7 @@ class Timer:
             stream=plan.stream,
             peak_bytes=_own_peak(peak, acc.start_bytes),
             queued_ms=acc.queued_ms,
+            origin=plan.origin,
         )
         acc.fill(result, plan, launch_blocking=self.environ.get("CUDA_LAUNCH_BLOCKING") == "1")
         return Measurement(result, acc.value, acc.error)

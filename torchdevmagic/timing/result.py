@@ -50,6 +50,9 @@ class TimingResult(Displayable):
     verdict: Optional[str] = None
     note: Optional[str] = None  # e.g. why the host clock was used
     error: Optional[str] = None  # exception type name when the code raised
+    runs_done: int = 0  # timed runs started before it stopped (the one that raised included)
+    warmup_done: int = 0  # warm-up runs started
+    origin: str = "cell"  # "cell" (%%cuda_time) or "call" (cuda_time()): the words used
 
     # The dataclass __repr__ would win IPython's pretty-printer lookup; the text form reads better.
     _repr_pretty_ = Displayable._repr_pretty_
@@ -58,7 +61,22 @@ class TimingResult(Displayable):
     def benchmark(self) -> bool:
         return self.runs * self.repeats > 1
 
+    @property
+    def _unit(self) -> str:
+        return "call" if self.origin == "call" else "run"
+
+    def _stopped(self) -> str:
+        """Where a benchmark stopped: no statistics for a run the code did not finish."""
+        unit = self._unit
+        if self.runs_done == 0 and self.warmup:
+            where = f"warm-up {unit} {self.warmup_done} of {self.warmup}"
+            return f"{where}, stopped by {self.error} (no timed {unit}s)"
+        total = plural(self.runs * self.repeats, unit)
+        return f"{self.runs_done} of {total}, stopped by {self.error}"
+
     def _time_parts(self) -> list[str]:
+        if self.error and self.benchmark:
+            return [self._stopped()]
         parts = []
         if self.clock == "events":
             parts.append("GPU " + self._primary_text(self.gpu_ms))
@@ -75,8 +93,8 @@ class TimingResult(Displayable):
         if not self.benchmark:
             return format_ms(single)
         return (
-            f"{format_ms(self.mean_ms)} ± {format_ms(self.std_ms)} per run "
-            f"(mean ± std of {plural(self.repeats, 'repeat')} × {plural(self.runs, 'run')}; "
+            f"{format_ms(self.mean_ms)} ± {format_ms(self.std_ms)} per {self._unit} "
+            f"(mean ± std of {plural(self.repeats, 'repeat')} × {plural(self.runs, self._unit)}; "
             f"median {format_ms(self.median_ms)}, min {format_ms(self.min_ms)})"
         )
 
@@ -87,17 +105,19 @@ class TimingResult(Displayable):
         if self.peak_bytes is not None:
             parts.append(f"peak {format_bytes(self.peak_bytes)}")
         parts.append(f"{self.stream} stream" if self.stream else "host clock")
-        if self.warmup:
-            parts.append(f"{plural(self.warmup, 'warm-up run')}")
+        if self.warmup and not (self.error and self.benchmark and not self.runs_done):
+            parts.append(f"{plural(self.warmup, 'warm-up ' + self._unit)}")
         if self.cold:
+            first = "call of this function" if self.origin == "call" else "run of this cell"
+            hint = "warmup=1" if self.origin == "call" else "-w 1"
             parts.append(
-                "cold (first run of this cell)"
+                f"cold (first {first})"
                 if not self.benchmark
-                else "cold (first run of this cell: the first sample includes start-up; use -w 1)"
+                else f"cold (first {first}: the first sample includes start-up; use {hint})"
             )
         if self.verdict:
             parts.append(self.verdict)
-        if self.error:
+        if self.error and not self.benchmark:
             parts.append(f"stopped by {self.error}")
         return _SEP.join(parts)
 

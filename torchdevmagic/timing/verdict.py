@@ -72,6 +72,8 @@ class Samples:
     queued_ms: Optional[float] = None  # waited for work queued before the cell
     start_bytes: Optional[int] = None  # allocated when the timed runs began
     fault: Optional[Exception] = None  # a CUDA error that surfaced in our calls, not the cell's
+    runs_done: int = 0  # timed runs started (the one that raised included)
+    warmup_done: int = 0  # warm-up runs started
 
     def keep_fault(self, exc: Exception) -> None:
         """A CUDA call of ours failed: after the cell's kernels hit a device-side assert the
@@ -84,6 +86,7 @@ class Samples:
         self, runs: int, *, host: float, wall: float, cpu: float, gpu_ms: Optional[float] = None
     ) -> None:
         """Seconds from the host clocks, milliseconds from the events; stored per run."""
+        self.runs_done += runs
         if gpu_ms is not None:
             self.gpus.append(gpu_ms / runs)
         self.hosts.append(host * 1e3 / runs)
@@ -106,8 +109,9 @@ class Samples:
         result.wall_samples_ms = self.walls
         result.syncs = self.syncs
         result.error = type(self.error).__name__ if self.error is not None else None
-        if not self.walls:
-            return
+        result.runs_done, result.warmup_done = self.runs_done, self.warmup_done
+        if not self.walls or (self.error is not None and plan.n * plan.r > 1):
+            return  # a stopped benchmark has samples but no statistics
         med = statistics.median
         result.gpu_ms = med(self.gpus) if self.gpus else None
         result.host_ms, result.wall_ms, result.cpu_ms = (
