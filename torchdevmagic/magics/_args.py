@@ -1,32 +1,37 @@
-"""Option lines parsed once: a re-run cell has the same ``%%magic`` line, and parsing is pure.
+"""Option lines: every mistake in one is a one-line ``UsageError``, never a traceback.
 
-``parse_argstring`` builds an argparse run of ~50-100 µs, a large share of a cell magic's
-overhead on a fast cell. Lines that fail to parse are not remembered (the error is raised
-again each time), and each call gets its own copy of the namespace, so a caller that
-changes it cannot affect the next run.
+``parse_argstring`` splits the line with ``shlex`` first, which raises ``ValueError`` on an
+unmatched quote; argparse reports the rest as ``UsageError`` itself. Counts are bounded: a
+run count the user cannot wait for is a typo, not a request.
 """
 
 from __future__ import annotations
 
+import argparse
 from argparse import Namespace
 from typing import Any, Callable
 
+from IPython.core.error import UsageError
 from IPython.core.magic_arguments import parse_argstring
 
+MAX_COUNT = 1_000_000  # -n, -r, -w: a million runs of the fastest cell is already minutes
 
-class ParsedLines:
-    """``parse_argstring(magic, line)`` remembered per line, at most ``size`` lines."""
 
-    def __init__(self, magic: Callable[..., Any], size: int = 256) -> None:
-        self._magic = magic
-        self._size = size
-        self._seen: dict[str, Namespace] = {}
+def parse(magic: Callable[..., Any], line: str, name: str) -> Namespace:
+    """``parse_argstring(magic, line)``; an unsplittable line is a ``UsageError`` too."""
+    try:
+        return parse_argstring(magic, line)
+    except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+        raise UsageError(f"{name}: cannot split the option line {line!r}: {exc}") from None
 
-    def __call__(self, line: str) -> Namespace:
-        args = self._seen.get(line)
-        if args is None:
-            args = parse_argstring(self._magic, line)  # UsageError propagates, not stored
-            if len(self._seen) >= self._size:
-                del self._seen[next(iter(self._seen))]  # the oldest line
-            self._seen[line] = args
-        return Namespace(**vars(args))
+
+def count(text: str) -> int:
+    """An argparse ``type``: an int of at most :data:`MAX_COUNT` (the engine checks the lower
+    bounds and says so)."""
+    value = int(text)  # ValueError: argparse says "invalid int value"
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT:,} (got {text})")
+    return value
+
+
+count.__name__ = "int"

@@ -12,8 +12,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from torchdevmagic.magics._args import ParsedLines
-from torchdevmagic.magics._cell import compile_cell, ends_quietly, run_compiled
+from torchdevmagic.magics._args import MAX_COUNT, count, parse
+from torchdevmagic.magics._cell import compile_cell, quiet, run_compiled
 from torchdevmagic.magics._loop import build_loop
 from torchdevmagic.magics._show import show
 
@@ -28,7 +28,6 @@ class CudaTimeMagics(Magics):
     def __init__(self, shell: Any, timer: Optional[Timer] = None) -> None:
         super().__init__(shell)
         self._timer = timer
-        self._options = ParsedLines(self.cuda_time)
 
     @property
     def timer(self) -> Timer:
@@ -45,13 +44,13 @@ class CudaTimeMagics(Magics):
         self._timer = timer
 
     @magic_arguments()
-    @argument("-n", type=int, default=1, metavar="N", help="runs per repeat (default 1). -n 10")
+    @argument("-n", type=count, default=1, metavar="N", help="runs per repeat (default 1). -n 10")
     @argument(
-        "-r", type=int, default=1, metavar="R", help="repeats, one sample each (default 1). -r 5"
+        "-r", type=count, default=1, metavar="R", help="repeats, one sample each (default 1). -r 5"
     )
     @argument(
         "-w",
-        type=int,
+        type=count,
         default=None,
         metavar="W",
         help="untimed warm-up runs first (default: 1 with -n/-r, else 0). -w 0",
@@ -87,7 +86,12 @@ class CudaTimeMagics(Magics):
         __tracebackhide__ = True  # the traceback starts at the user's cell
         from torchdevmagic.timing import CaptureInProgress, source_key
 
-        args = self._options(line)
+        args = parse(self.cuda_time, line, "%%cuda_time")
+        if args.n * args.r + (args.w or 0) > MAX_COUNT:
+            raise UsageError(
+                f"%%cuda_time: -n x -r + -w is {args.n * args.r + (args.w or 0):,} runs; "
+                f"at most {MAX_COUNT:,} in all"
+            )
         try:
             plan = self.timer.plan(
                 n=args.n, r=args.r, warmup=args.w, device=args.device, stream=args.stream
@@ -103,12 +107,24 @@ class CudaTimeMagics(Magics):
 
         # -n/-r: the cell compiled once into a function with the loop inside (as %timeit)
         loop = build_loop(self.shell, compiled) if args.n * args.r > 1 or plan.warmup else None
-        m = self.timer.run(plan, body, key=key, loop=loop)
-        if not args.q:
-            show(self.shell, m.result)
-        if m.error is not None:
-            error, m.error = m.error, None  # drop our reference before re-raising
-            raise error
+        try:
+            m = self.timer.run(plan, body, key=key, loop=loop)
+            if not args.q:
+                show(self.shell, m.result)
+            if m.error is not None:
+                error, m.error = m.error, None  # drop our reference before re-raising
+                try:
+                    raise error
+                finally:
+                    del error
+        except BaseException as exc:
+            # The user's frames only: not this magic's, the engine's (Ctrl-C while it waits
+            # for the GPU lands there) or the cell runner's. A bare raise adds none back.
+            from torchdevmagic.diagnosis.traceback import without_own_frames
+
+            BaseException.with_traceback(exc, without_own_frames(exc.__traceback__))
+            del exc
+            raise
         if args.o:
             return m.result
-        return None if ends_quietly(cell) else m.value
+        return None if quiet(compiled.source) else m.value

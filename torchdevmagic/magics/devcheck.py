@@ -1,30 +1,31 @@
 """``%%devcheck`` and ``%devcheck on|off``: device errors explained with the user's names.
 
 The cell runs like ``%%time`` runs it. When it fails, the *same* exception object propagates
-(same type, same message, so nbclient reports the original ``ename``); before it leaves, the
-magic diagnoses it and gives it a ``_render_traceback_`` that IPython (7.34 and 9.x alike)
-uses to print a traceback with PyTorch-internal frames collapsed and the explanation under it.
-On Python 3.11+ the explanation also travels as exception notes. ``%devcheck tb`` prints the
-full original traceback.
+(same type, message and args, so nbclient reports the original ``ename``) with our frames
+left out of its traceback. While IPython shows it, it carries our rendering
+(:mod:`._shown`: PyTorch-internal frames collapsed, the explanation under them); the cell's
+end takes that back. On Python 3.11+ the explanation also travels as an exception note.
+``%devcheck tb`` prints the full original traceback. The rendering itself lives in
+:mod:`torchdevmagic.diagnosis.traceback`; this module parses, calls and shows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
-from torchdevmagic.magics._args import ParsedLines
-from torchdevmagic.magics._cell import compile_cell, run_compiled
+from torchdevmagic.magics import _shown
+from torchdevmagic.magics._args import parse
+from torchdevmagic.magics._cell import compile_cell, quiet, run_compiled
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-NOTE_PREFIX = "torchdevmagic:"
 DiagnoseFn = Callable[..., Any]
 
 
@@ -34,34 +35,22 @@ def _default_diagnose(exc: BaseException, namespace: Any, **kw: Any) -> Any:
     return diagnose(exc, namespace, **kw)
 
 
-def _is_torch_file(filename: str) -> bool:
-    norm = filename.replace("\\", "/")
-    return "/torch/" in norm or "/torch_" in norm
+def _tbr() -> Any:
+    """The traceback renderer, imported on first use (%load_ext stays cheap)."""
+    from torchdevmagic.diagnosis import traceback
+
+    return traceback
 
 
-def collapsed_traceback(
-    tb: Optional[TracebackType], keep: Callable[[Any], bool]
-) -> tuple[Optional[TracebackType], int]:
-    """A new traceback chain holding the user's frames and the innermost one; returns it with
-    the number of PyTorch frames dropped. The original chain is not modified."""
-    entries = []
-    while tb is not None:
-        entries.append(tb)
-        tb = tb.tb_next
-    kept = [e for i, e in enumerate(entries) if keep(e.tb_frame) or i == len(entries) - 1]
-    hidden = sum(
-        1 for e in entries if e not in kept and _is_torch_file(e.tb_frame.f_code.co_filename)
-    )
-    new: Optional[TracebackType] = None
-    for e in reversed(kept):
-        new = types.TracebackType(new, e.tb_frame, e.tb_lasti, e.tb_lineno)
-    return new, hidden
-
-
-def _plain(text: str) -> str:
-    import re
-
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+def _add_note(exc: BaseException, text: str) -> None:
+    """The explanation as an exception note, where notes exist; never twice."""
+    if sys.version_info < (3, 11):
+        return
+    notes = _shown.instance_dict(exc)
+    present = notes.get("__notes__") if notes is not None else None
+    if isinstance(present, list) and text in present:
+        return
+    BaseException.add_note(exc, text)
 
 
 @magics_class
@@ -75,7 +64,7 @@ class DevcheckMagics(Magics):
         self.last: Any = None  # the last Diagnosis (plain data, no frames)
         self._installed: Any = None  # the CustomTB we put on the shell
         self._previous: Optional[tuple[tuple[type, ...], Any]] = None
-        self._options = ParsedLines(self.devcheck)
+        self._lent: list[BaseException] = []  # exceptions holding our rendering this cell
 
     @property
     def _shell(self) -> InteractiveShell:
@@ -102,13 +91,19 @@ class DevcheckMagics(Magics):
             %%devcheck
             y = model(x)
         """
-        full = self._options(line).full
+        full = parse(self.devcheck, line, "%devcheck").full
         compiled = compile_cell(self._shell, cell, "devcheck")
         try:
-            return run_compiled(self._shell, compiled)
-        except Exception as exc:
-            self.explain(exc, collapse=not full)
+            value = run_compiled(self._shell, compiled)
+        except BaseException as exc:
+            # Our frames (this one, the cell runner) leave the traceback; a bare raise adds
+            # none back.
+            BaseException.with_traceback(exc, _tbr().without_own_frames(exc.__traceback__))
+            if isinstance(exc, Exception):
+                self._explain_for_display(exc, collapse=not full)
+            del exc
             raise
+        return None if quiet(compiled.source) else value
 
     @magic_arguments()
     @argument(
@@ -136,7 +131,7 @@ class DevcheckMagics(Magics):
         Example:
             %devcheck on
         """
-        args = parse_argstring(self.devcheck_line, line)
+        args = parse(self.devcheck_line, line, "%devcheck")
         if args.action == "on":
             self.turn_on()
         elif args.action == "off":
@@ -144,74 +139,95 @@ class DevcheckMagics(Magics):
         elif args.action == "tb":
             self.show_full_traceback()
         else:
-            print(f"%devcheck is {'on' if self.auto else 'off'}")
+            print(self.status())
             if self.last is not None and not args.output:
                 print(self.last.to_text())
         return self.last if args.output else None
 
+    def status(self) -> str:
+        """The truth about ``%devcheck on``: whether our handler is the one the shell calls."""
+        if not self.auto:
+            return "%devcheck is off"
+        if self.in_charge():
+            return "%devcheck is on"
+        return (
+            "%devcheck is on but not in charge: another exception handler replaced ours "
+            "(shell.set_custom_exc), so errors are explained only if it passes them on. "
+            "%devcheck on puts ours back in front of it"
+        )
+
+    def in_charge(self) -> bool:
+        shell = self._shell
+        types_ = tuple(shell.custom_exceptions or ())
+        return (
+            self._installed is not None
+            and shell.CustomTB is self._installed
+            and (Exception in types_ or BaseException in types_)
+        )
+
     # ------------------------------------------------------------------ explanation
 
-    def explain(self, exc: BaseException, collapse: bool = True) -> None:
-        """Diagnose ``exc`` and attach the explanation to it; never raises over it."""
-        if "_render_traceback_" in getattr(exc, "__dict__", {}):
-            return  # already explained (e.g. %%devcheck inside %devcheck on)
+    def explain(self, exc: BaseException, collapse: bool = True) -> Optional[list[str]]:
+        """Diagnose ``exc``; return the traceback to show with the explanation under it, or
+        ``None`` for IPython's own. Never raises, whatever fails (Ctrl-C included): the
+        user's exception always comes out as it went in, with at most a note added."""
+        shell = self._shell
         try:
-            diagnosis = self._diagnose(
-                exc, self._shell.user_ns, last_traceback=getattr(sys, "last_traceback", None)
-            )
-        except Exception as err:
-            self._attach_failure(exc, err)
-            return
-        self.last = diagnosis
-        if diagnosis is None:
-            return
-        text = diagnosis.to_text()
-        try:
-            if sys.version_info >= (3, 11):
-                notes = getattr(exc, "__notes__", [])
-                if text not in notes:
-                    exc.add_note(text)
-            stb = self._render(exc, text, collapse)
-        except Exception as err:
-            self._attach_failure(exc, err)
-            return
-        exc._render_traceback_ = lambda: list(stb)  # type: ignore[attr-defined]
-
-    def _render(self, exc: BaseException, text: str, collapse: bool) -> list[str]:
-        tbf = self._shell.InteractiveTB
-        hidden = 0
-        tb = exc.__traceback__
-        if collapse:
-            from torchdevmagic.diagnosis.culprits import default_user_frame
-
-            tb, hidden = collapsed_traceback(tb, default_user_frame(self._shell.user_ns))
-        try:
-            stb = list(tbf.structured_traceback(type(exc), exc, tb, tb_offset=0))
-        finally:
-            del tb
-        extra = []
-        if hidden:
-            extra.append(
-                f"[{hidden} PyTorch-internal frames hidden; %devcheck tb shows the full traceback]"
-            )
-        if text.splitlines()[0] not in _plain("\n".join(stb)):
-            extra.append(text)  # IPython 7.x does not print exception notes
-        if extra:
-            stb.append("\n" + "\n".join(extra))
-        return stb
-
-    def _attach_failure(self, exc: BaseException, err: BaseException) -> None:
-        line = f"{NOTE_PREFIX} the device-error analysis failed ({type(err).__name__}: {err})"
-        try:
-            stb = list(
-                self._shell.InteractiveTB.structured_traceback(
-                    type(exc), exc, exc.__traceback__, tb_offset=0
+            try:
+                diagnosis = self._diagnose(
+                    exc, shell.user_ns, last_traceback=getattr(sys, "last_traceback", None)
                 )
-            )
-            stb.append(line)
-            exc._render_traceback_ = lambda: list(stb)  # type: ignore[attr-defined]
-        except Exception:
+                self.last = diagnosis
+                if diagnosis is None:
+                    return None
+                text = diagnosis.to_text()
+                _add_note(exc, text)
+                if _shown.renders_itself(exc):
+                    return None  # its own rendering (e.g. a remote traceback) wins
+                keep = None
+                if collapse:
+                    from torchdevmagic.diagnosis.culprits import default_user_frame
+
+                    keep = default_user_frame(shell.user_ns)
+                return _tbr().explained(shell.InteractiveTB, exc, text, keep)
+            except BaseException as err:
+                return self._failure(exc, err)
+        except BaseException:  # even the failure report failed (or a second Ctrl-C)
+            return None
+
+    def _failure(self, exc: BaseException, err: BaseException) -> Optional[list[str]]:
+        line = _tbr().failure_line(err)
+        del err
+        if _shown.renders_itself(exc):
             print(line, file=sys.stderr)
+            return None
+        try:
+            return _tbr().with_line(self._shell.InteractiveTB, exc, line)
+        except BaseException:
+            print(line, file=sys.stderr)
+            return None
+
+    def _explain_for_display(self, exc: BaseException, collapse: bool) -> None:
+        """%%devcheck: lend ``exc`` the explained rendering until the cell ends."""
+        if any(e is exc for e in self._lent):
+            return  # already explained (e.g. %%devcheck inside %%devcheck)
+        stb = self.explain(exc, collapse=collapse)
+        if stb is not None and _shown.lend(exc, stb):
+            self._lent.append(exc)
+            self._watch_cells()
+
+    def _watch_cells(self) -> None:
+        """Take our rendering back when the cell ends (registered once, on first use, so an
+        instance registered without ``%load_ext`` cleans up too)."""
+        callbacks = self._shell.events.callbacks["post_run_cell"]
+        if not any(cb == self.take_back for cb in callbacks):
+            self._shell.events.register("post_run_cell", self.take_back)
+
+    def take_back(self, *_: Any) -> None:
+        """``post_run_cell``: no exception keeps our rendering past its cell."""
+        lent, self._lent = self._lent, []
+        for exc in lent:
+            _shown.take_back(exc)
 
     def show_full_traceback(self) -> None:
         value = getattr(sys, "last_value", None)
@@ -229,20 +245,26 @@ class DevcheckMagics(Magics):
     ) -> None:
         """Installed as ``shell.CustomTB`` by ``%devcheck on``. Must never raise: IPython
         calls it from ``run_code`` without protection when set directly."""
+        lent = False
         try:
             prev = self._previous
             if prev is not None and prev[0] and isinstance(value, prev[0]) and prev[1] is not None:
                 prev[1](etype, value, tb, tb_offset=tb_offset)
                 return
-            if self.auto:
-                self.explain(value)
-        except Exception as err:  # pragma: no cover - explain() already guards itself
-            print(f"{NOTE_PREFIX} {type(err).__name__}: {err}", file=sys.stderr)
-        shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+            if self.auto and not _shown.is_lent(value):
+                stb = self.explain(value)
+                lent = stb is not None and _shown.lend(value, stb)
+        except BaseException as err:  # pragma: no cover - explain() already guards itself
+            print(_tbr().failure_line(err), file=sys.stderr)
+        try:
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+        finally:
+            if lent:
+                _shown.take_back(value)
 
     def turn_on(self) -> None:
         self.auto = True
-        if self._installed is not None and self._shell.CustomTB is self._installed:
+        if self.in_charge():
             return
         old_types = tuple(self._shell.custom_exceptions or ())
         self._previous = (old_types, self._shell.CustomTB)
@@ -273,3 +295,6 @@ class DevcheckMagics(Magics):
 
     def on_unload(self) -> None:
         self.turn_off()
+        self.take_back()
+        with contextlib.suppress(ValueError):  # already gone
+            self._shell.events.unregister("post_run_cell", self.take_back)

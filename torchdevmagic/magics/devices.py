@@ -6,8 +6,9 @@ from typing import Any, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
+from torchdevmagic.magics._args import parse
 from torchdevmagic.magics._show import show
 
 SORT_KEYS = ("size", "name", "device")  # report.sort_rows understands these
@@ -68,7 +69,7 @@ class DevicesMagics(Magics):
             report = %devices -o    # the report object: report.rows, report.totals()
             %devices --env          # why torch does (not) see the GPU
         """
-        args = parse_argstring(self.devices, line)
+        args = parse(self.devices, line, "%devices")  # an unmatched quote: UsageError
         shell = self.shell
         assert shell is not None  # a registered Magics instance always has its shell
         if args.env:

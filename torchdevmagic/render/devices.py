@@ -147,7 +147,8 @@ def holder_text(h: Holder) -> str:
     if h.kind == "traceback":
         return (
             f"the last traceback's frames hold {format_bytes(h.nbytes)} "
-            "(free with: import sys; sys.last_traceback = sys.last_value = None)"
+            "(free with: import sys; sys.last_traceback = sys.last_value = None; "
+            "get_ipython().InteractiveTB.tb = None)"
         )
     return (
         f"{', '.join(h.paths)} keeps an autograd graph (saved activations): backward() it, "
