@@ -20,7 +20,8 @@ MAX_COUNT = 1_000_000  # -n, -r, -w: a million runs of the fastest cell is alrea
 def parse(magic: Callable[..., Any], line: str, name: str) -> Namespace:
     """``parse_argstring(magic, line)``; an unsplittable line is a ``UsageError`` too."""
     try:
-        return parse_argstring(magic, line)
+        args: Namespace = parse_argstring(magic, line)
+        return args
     except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
         raise UsageError(f"{name}: cannot split the option line {line!r}: {exc}") from None
 

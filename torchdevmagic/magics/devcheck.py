@@ -189,7 +189,8 @@ class DevcheckMagics(Magics):
                     from torchdevmagic.diagnosis.culprits import default_user_frame
 
                     keep = default_user_frame(shell.user_ns)
-                return _tbr().explained(shell.InteractiveTB, exc, text, keep)
+                lines: list[str] = _tbr().explained(shell.InteractiveTB, exc, text, keep)
+                return lines
             except BaseException as err:
                 return self._failure(exc, err)
         except BaseException:  # even the failure report failed (or a second Ctrl-C)
@@ -202,7 +203,8 @@ class DevcheckMagics(Magics):
             print(line, file=sys.stderr)
             return None
         try:
-            return _tbr().with_line(self._shell.InteractiveTB, exc, line)
+            lines: list[str] = _tbr().with_line(self._shell.InteractiveTB, exc, line)
+            return lines
         except BaseException:
             print(line, file=sys.stderr)
             return None
