@@ -15,7 +15,6 @@ from torchdevmagic.diagnosis.mismatch import (
     culprit_row,
     describe_value,
     device_text,
-    on_device,
     unique,
     with_plan,
 )
@@ -27,7 +26,7 @@ def numpy_device(c: Ctx) -> Diagnosis:
     match, base, values, frames = c.match, c.base, unique(c.values), c.frames
     odd = match.odd or "cuda"
     culprits = [
-        v for v in values if v.kind in ("tensor", "container") and on_device(v.devices, odd)
+        v for v in values if v.kind in ("tensor", "container") and fx.on_device(v.devices, odd)
     ]
     # The line to rewrite is where the user named the tensor, not a helper deeper down.
     home = _frame_naming(culprits, frames) or (frames[-1] if frames else None)
@@ -155,7 +154,7 @@ def _device_tensors(
         if type(name) is not str or (name.startswith("_") and not prefix):
             continue
         v = cp.describe(value, f"{prefix}{name}", torch)
-        if v is not None and on_device(v.devices, device):
+        if v is not None and fx.on_device(v.devices, device):
             out.append(v)
     return out
 
@@ -178,7 +177,7 @@ def out_of_memory(c: Ctx) -> Diagnosis:
                 for v in (
                     cp.describe(val, f"Out[{k}]", torch) for k, val in list(dict.items(history))
                 )
-                if v is not None and on_device(v.devices, device)
+                if v is not None and fx.on_device(v.devices, device)
             ]
             if held:
                 total = _total(held)

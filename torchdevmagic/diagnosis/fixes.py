@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from torchdevmagic._device import Device
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.diagnosis.frames import MOVE_METHODS
 
@@ -29,7 +30,7 @@ def device_of(value: Any) -> Optional[str]:
     torch = sys.modules.get("torch")
     if torch is not None and type(value) is torch.device:
         return str(value)
-    if type(value) is str and value and value.split(":")[0].isidentifier():
+    if type(value) is str and Device.maybe(value) is not None:
         return value
     return None
 
@@ -38,11 +39,21 @@ def same_device(want: str, have: str) -> bool:
     """``cuda`` (the current device) matches ``cuda:0``; ``cuda:1`` does not match ``cuda``."""
     if want == have:
         return True
-    w_type, _, w_idx = want.partition(":")
-    h_type, _, h_idx = have.partition(":")
-    if w_type != h_type:
+    w, h = Device.maybe(want), Device.maybe(have)
+    if w is None or h is None:
         return False
-    return not w_idx or (not h_idx and w_idx == "0")
+    return h.matches(w) or (h.index is None and w.index == 0 and h.type == w.type)
+
+
+def on_device(devices: tuple[str, ...], wanted: str) -> bool:
+    """Is any of ``devices`` the ``wanted`` one, reading a bare ``cuda`` either way?"""
+    return any(same_device(wanted, d) or same_device(d, wanted) for d in devices)
+
+
+def device_type(device: str) -> str:
+    """``cuda:1`` -> ``cuda``; text that is no device is its own type."""
+    parsed = Device.maybe(device)
+    return parsed.type if parsed is not None else device
 
 
 def device_expression(target: str, namespace: Optional[Mapping[str, Any]]) -> str:

@@ -58,17 +58,13 @@ def culprit_row(v: cp.Value) -> Culprit:
     return Culprit(expression=v.expression, device=device_text(v), description=describe_value(v))
 
 
-def on_device(devices: tuple[str, ...], wanted: str) -> bool:
-    return any(fx.same_device(wanted, d) or fx.same_device(d, wanted) for d in devices)
-
-
 def _concrete(target: str, values: list[cp.Value]) -> str:
     """``cuda`` from a message -> ``cuda:0`` when a value says so."""
     if ":" in target:
         return target
     for v in values:
         for d in v.devices:
-            if d.partition(":")[0] == target:
+            if fx.device_type(d) == target:
                 return d
     return target
 
@@ -77,7 +73,7 @@ def _choose_target(match: rl.Match, relevant: list[cp.Value]) -> str:
     """Where the rest lives: the one accelerator named, else the model's device, else the
     device the message says the other tensors are on."""
     involved = match.devices
-    accel = [d for d in involved if d.partition(":")[0] != "cpu"]
+    accel = [d for d in involved if fx.device_type(d) != "cpu"]
     if len(involved) == 1:
         return involved[0]
     if len(accel) == 1:
@@ -86,7 +82,7 @@ def _choose_target(match: rl.Match, relevant: list[cp.Value]) -> str:
         if (
             v.kind == "module"
             and len(v.devices) == 1
-            and any(on_device((d,), v.devices[0]) for d in involved)
+            and any(fx.on_device((d,), v.devices[0]) for d in involved)
         ):
             return v.devices[0]
     return match.expected or involved[0]
@@ -175,7 +171,7 @@ def _mismatch_summary(  # noqa: PLR0917 - the parts of one sentence
     if rows:
         names = ", ".join(r.expression for r in rows)
         where = ", ".join(
-            sorted({d for v in culprits for d in v.devices if not on_device((d,), target)})
+            sorted({d for v in culprits for d in v.devices if not fx.on_device((d,), target)})
         )
         verb = "is" if len(rows) == 1 else "are"
         return f"{names} {verb} on {where or ', '.join(others) or '?'}, the rest on {target}"
@@ -209,21 +205,21 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     match, frames, namespace = c.match, c.frames, c.namespace
     involved = match.devices
     everything = unique(c.values)
-    relevant = [v for v in everything if any(on_device(v.devices, d) for d in involved)]
+    relevant = [v for v in everything if any(fx.on_device(v.devices, d) for d in involved)]
     forced = match.details.get("target")
     target = forced or _concrete(_choose_target(match, relevant), relevant)
     allowed = match.details.get("also_allowed")
-    others = [d for d in involved if not on_device((d,), target)]
+    others = [d for d in involved if not fx.on_device((d,), target)]
 
     def odd(v: cp.Value) -> bool:
         if v.kind == "module" and v.split:
             return False  # placed across devices on purpose: never moved whole
         if forced:
             shaped = v.kind == "tensor" and v.integer and v.shape is not None and len(v.shape) == 1
-            return shaped and not on_device(v.devices, target)
+            return shaped and not fx.on_device(v.devices, target)
         if len(involved) == 1:
-            return any(not on_device((d,), target) and d != allowed for d in v.devices)
-        return any(on_device((d,), o) for d in v.devices for o in others)
+            return any(not fx.on_device((d,), target) and d != allowed for d in v.devices)
+        return any(fx.on_device((d,), o) for d in v.devices for o in others)
 
     culprits = unique(innermost(frames, odd))
     tracer = Tracer(frames, namespace, target)

@@ -43,10 +43,6 @@ class Plan:
     culprit: Optional[Value] = None  # what to name instead (the container, not its item)
 
 
-def on(devices: tuple[str, ...], wanted: str) -> bool:
-    return any(fx.same_device(wanted, d) or fx.same_device(d, wanted) for d in devices)
-
-
 class Tracer:
     """Plans fixes for culprits found in ``frames`` (the analysis's user frames)."""
 
@@ -82,13 +78,19 @@ class Tracer:
         tensors = [
             w
             for w in fr.values
-            if w.kind == "tensor" and on(w.devices, self.target) and w.local.isidentifier()
+            if w.kind == "tensor"
+            and fx.on_device(w.devices, self.target)
+            and w.local.isidentifier()
         ]
         for name in params:
             if name == "self":
                 continue
             found = fr.describe(ast.Name(name, ast.Load()))
-            if found is not None and found.kind == "tensor" and on(found.devices, self.target):
+            if (
+                found is not None
+                and found.kind == "tensor"
+                and fx.on_device(found.devices, self.target)
+            ):
                 return f"{name}.device"
         for w in tensors:
             hits = fm.assignments_before(fr.func, before, w.local)
@@ -189,7 +191,7 @@ class Tracer:
                         for w in cell.values
                         if w.local in texts
                         and w.kind == "tensor"
-                        and not on(w.devices, self.target)
+                        and not fx.on_device(w.devices, self.target)
                     ]
                     return group or [v]
         return [v]
@@ -203,7 +205,9 @@ class Tracer:
         else:
             return [name]
         off = {
-            w.local for w in cell.values if w.kind == "tensor" and not on(w.devices, self.target)
+            w.local
+            for w in cell.values
+            if w.kind == "tensor" and not fx.on_device(w.devices, self.target)
         }
         return [n for n in names if n == name or (n in off or self._off_in_ns(cell, n))]
 
@@ -216,7 +220,9 @@ class Tracer:
             return False
         described = describe(value, name, cell.torch) if value is not None else None
         return bool(
-            described and described.kind == "tensor" and not on(described.devices, self.target)
+            described
+            and described.kind == "tensor"
+            and not fx.on_device(described.devices, self.target)
         )
 
     def container_plan(self, v: Value, fr: Any) -> Optional[Plan]:
