@@ -68,6 +68,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "emulate_swap: needs nn.Module.to to keep Parameter identity (torch 2.3+)"
     )
+    config.addinivalue_line(
+        "markers", "emulate: turns CUDA emulation on, which needs torch 2.3+ (swap_tensors)"
+    )
+
+
+# Test files that run the emulated GPU throughout (the demo notebook has a section on it).
+_EMULATING_FILES = ("test_emulate", "test_notebook")
+
+
+def _emulation_supported() -> bool:
+    from torchdevmagic.emulate._session import supported
+
+    return supported()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -102,6 +115,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "(no torch.utils.swap_tensors), so optimizers keep the old ones",
         ),
     }
+    skips["emulate"] = (
+        _emulation_supported,
+        f"torch {torch_version}: CUDA emulation needs torch 2.3+ (torch.utils.swap_tensors); "
+        "start() refuses it, see test_emulation_refuses_a_torch_it_cannot_emulate",
+    )
+    for item in items:
+        if item.path.name.startswith(_EMULATING_FILES):
+            item.add_marker(pytest.mark.emulate)
     for marker, (works, reason) in skips.items():
         marked = [item for item in items if marker in item.keywords]
         if marked and not works():

@@ -98,6 +98,11 @@ def test_mkldnn_tensor_counts_its_elements() -> None:
     assert row.nbytes == 48 and row.note == "_mkldnn" and row.shape == (3, 4)
 
 
+@pytest.mark.xfail(
+    torch.__version__.startswith("2.1."),
+    strict=True,
+    reason="known limit: torch 2.1's scripted modules are not read (0 tensors, device none)",
+)
 def test_torchscript_module_counts_its_parameters_and_buffers() -> None:
     model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
     scripted = torch.jit.script(model)
@@ -111,6 +116,11 @@ def test_dtensor_counts_the_local_shard() -> None:
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available():
         pytest.skip("torch without distributed")
+    public = pytest.importorskip("torch.distributed.tensor")
+    if not hasattr(public, "Shard"):
+        pytest.skip(
+            f"torch {torch.__version__} has no public DTensor API (torch.distributed.tensor)"
+        )
     from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -125,6 +135,7 @@ def test_dtensor_counts_the_local_shard() -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.emulate
 def test_torchdevmagic_emulate_tensors_show_their_emulated_device() -> None:
     from torchdevmagic.emulate._tensor import EmulatedTensor
 

@@ -55,6 +55,11 @@ def active() -> Optional[Session]:
     return _ACTIVE
 
 
+def supported() -> bool:
+    """Can this torch be emulated? Module.to must swap Parameters in place (torch 2.3+)."""
+    return hasattr(torch.utils, "swap_tensors")
+
+
 def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
     """Turn the emulated GPU on: ``devices`` CUDA devices of ``memory`` bytes each."""
     global _ACTIVE
@@ -64,6 +69,11 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
         )
     if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
         raise ValueError(f"devices must be a positive int (got {devices!r})")
+    if not supported():
+        raise EmulationUnsupported(
+            f"CUDA emulation needs torch 2.3 or newer (torch.utils.swap_tensors keeps a "
+            f"module's Parameters when it moves); this is torch {torch.__version__}"
+        )
     if torch.cuda.is_available():
         raise EmulationUnsupported(
             "a real CUDA GPU is available here: CUDA emulation is for machines without one"
