@@ -5,14 +5,12 @@ the user's own ``ename``; an explained exception raised again later shows its ne
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _kernel import kernel_manager
 
 pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 
@@ -72,26 +70,6 @@ CELLS = [
 ]
 
 
-def _kernel_manager(kernels_dir: Path) -> Any:
-    """A KernelManager whose only ``python3`` kernel is ipykernel on sys.executable, with this
-    checkout first on its path (as tests/test_notebook.py starts one)."""
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
-
-    spec_dir = kernels_dir / "python3"
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (tests)",
-        "language": "python",
-        "env": {"PYTHONPATH": path},
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
-    specs = KernelSpecManager(kernel_dirs=[str(kernels_dir)], ensure_native_kernel=False)
-    return KernelManager(kernel_name="python3", kernel_spec_manager=specs)
-
-
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
     nbformat = pytest.importorskip("nbformat")
@@ -102,7 +80,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
     nb.cells = [nbformat.v4.new_code_cell(source) for _, source in CELLS]
     client = nbclient.NotebookClient(
         nb,
-        km=_kernel_manager(tmp_path_factory.mktemp("kernels")),
+        km=kernel_manager(tmp_path_factory.mktemp("kernels")),
         timeout=300,
         kernel_name="python3",
         allow_errors=True,

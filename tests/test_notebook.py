@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _kernel import kernel_manager
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
@@ -42,30 +43,11 @@ pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 # ------------------------------------------------------------------------------ the kernel
 
 
-def _kernel_manager(kernels_dir: Path) -> Any:
-    """A KernelManager whose only ``python3`` kernel is ipykernel on sys.executable."""
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
-
-    spec_dir = kernels_dir / "python3"
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (tests)",
-        "language": "python",
-        "env": {"PYTHONPATH": path},
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
-    specs = KernelSpecManager(kernel_dirs=[str(kernels_dir)], ensure_native_kernel=False)
-    return KernelManager(kernel_name="python3", kernel_spec_manager=specs)
-
-
 def _run(nb: Any, kernels_dir: Path) -> None:
     nbclient = pytest.importorskip("nbclient")
     client = nbclient.NotebookClient(
         nb,
-        km=_kernel_manager(kernels_dir),
+        km=kernel_manager(kernels_dir),
         timeout=300,
         kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOK.parent)}},
