@@ -175,11 +175,7 @@ def test_numpy_on_a_gpu_tensor(emu: Any) -> None:
     assert ".cpu()" in d.fix
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found with the emulated GPU: %%devcheck's .numpy() fix moves the model's input "
-    "to the CPU (model(x.detach().cpu())) instead of the result, so the model then fails",
-)
+# Found with the emulated GPU: the fix moved the model's input (model(x.detach().cpu())).
 def test_numpy_of_a_model_output_fix_runs(emu: Any) -> None:
     setup = (
         "import torch, torch.nn as nn\n"

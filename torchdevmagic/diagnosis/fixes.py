@@ -274,11 +274,11 @@ def numpy_fix(stmt: Optional[ast.stmt], culprits: list[Value], source: str) -> O
         e = v.expression
         if f"{e}.numpy()" in text:
             return text.replace(f"{e}.numpy()", f"{e}.detach().cpu().numpy()")
-    if culprits:
+    if ".numpy()" in text:  # on what the culprit became (model(x).argmax(1).numpy()): move that
+        return text.replace(".numpy()", ".detach().cpu().numpy()")
+    if culprits:  # np.asarray(x), np.mean(x): the culprit itself goes to the host
         e = culprits[0].expression
         return text.replace(e, f"{e}.detach().cpu()", 1)
-    if ".numpy()" in text:
-        return text.replace(".numpy()", ".detach().cpu().numpy()")
     return None
 
 
