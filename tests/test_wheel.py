@@ -41,8 +41,11 @@ def _pip(python: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _clean_env() -> dict[str, str]:
-    """The environment minus PYTHONPATH: a checkout on it would shadow the installed wheel."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_NO_INDEX")}
+    """The environment minus PYTHONPATH (a checkout on it would shadow the installed wheel) and
+    VIRTUAL_ENV (an activated outer venv, as in CI: IPython 7.34's init_virtualenv then walks
+    the test venv's paths against it and raises IndexError)."""
+    dropped = ("PYTHONPATH", "PIP_NO_INDEX", "VIRTUAL_ENV")
+    return {k: v for k, v in os.environ.items() if k not in dropped}
 
 
 @pytest.fixture(scope="module")
