@@ -137,25 +137,44 @@ def test_a_container_that_changed_size_is_read_again_then_reported(monkeypatch: 
     assert "1 container changed while being read (another thread?), skipped: d" in str(report)
 
 
-_MODULE_RACE = pytest.param(
-    "module",
-    marks=pytest.mark.xfail(
-        sys.version_info >= (3, 12),
-        strict=False,
-        reason="open: on Python 3.12 a module mutated by another thread was still dropped "
-        "without a word in 14 of 300 scans (seen once, under load)",
-    ),
-)
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_module_that_changed_while_read_is_read_again_then_reported(
+    monkeypatch: Any, failures: int
+) -> None:
+    """Its dicts changing size under the module walk (another thread setting an attribute)
+    used to escape the walk: the module was counted as refusing inspection and its row was
+    lost (Python 3.12, 14 of 300 scans once, under load). Now it is read again, as a dict
+    is, and named as changed if it changes twice."""
+    from torchdevmagic.scanning import modules
+
+    left = {"n": failures}
+    original = modules.plain_tensor_attributes
+
+    def changing(*args: Any) -> Any:
+        if left["n"] > 0:
+            left["n"] -= 1
+            raise RuntimeError("dictionary changed size during iteration")
+        return original(*args)
+
+    monkeypatch.setattr(modules, "plain_tensor_attributes", changing)
+    box = nn.Module()
+    box.keep = torch.zeros(1)
+    report = scan({"box": box}, gpus=False)
+    assert report.stats.skipped_objects == 0
+    if failures == 1:
+        assert [r.path for r in report.rows] == ["box"]
+        assert report.stats.mutated_containers == ()
+    else:
+        assert not report.rows and report.stats.mutated_containers == ("box",)
+        assert "1 container changed while being read (another thread?), skipped: box" in str(report)
 
 
-@pytest.mark.parametrize("kind", ["dict", "set", "object", _MODULE_RACE])
+@pytest.mark.parametrize("kind", ["dict", "set", "object", "module"])
 def test_containers_mutated_by_another_thread_keep_their_tensors(kind: str) -> None:
     """Another thread adding and removing entries while %devices runs: the tensor that is
     always there must be in every report, or the report names the container it skipped.
     Before, a set was dropped in about 1% of these scans without a word (3 of 300 on
     CPython 3.11); dicts, objects and modules read live could be dropped the same way."""
-    import sys
-
     keep = torch.zeros(1)
 
     class Bag:

@@ -28,10 +28,19 @@ def walk_module(walker: Walker, mod: Any, path: str) -> None:
     """Parameters, buffers (and their grads) of the module tree, read from the module
     dicts directly: ``named_parameters()`` is a method a subclass may override."""
     classes = walker.classes
-    namespaces, module_paths = module_tree(mod, path, classes, walker.seen)
+
+    def read() -> tuple[tuple[list[Any], list[str]], list[tuple[str, Any]]]:
+        # Reads only (the walker's seen set grows idempotently): safe to run twice.
+        namespaces, module_paths = module_tree(mod, path, classes, walker.seen)
+        owned = owned_tensors(namespaces, module_paths, classes)
+        return owned, plain_tensor_attributes(namespaces, module_paths, classes)
+
+    tree = walker.snapshot(read, path)  # another thread may be setting attributes meanwhile
+    if tree is None:
+        return
+    owned, attrs = tree
     acc = Breakdown()
-    _module_tensors(walker, *owned_tensors(namespaces, module_paths, classes), acc)
-    attrs = plain_tensor_attributes(namespaces, module_paths, classes)
+    _module_tensors(walker, *owned, acc)
     _module_row(walker, mod, path, acc, attrs)
 
 
