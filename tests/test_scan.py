@@ -114,7 +114,8 @@ def test_split_module_is_a_finding_naming_the_odd_parameters() -> None:
     assert report.row("model").device == "mixed"
     (finding,) = [f for f in report.findings if f.code == "split_module"]
     assert "model[1].weight" in finding.message and "model[1].bias" in finding.message
-    assert "meta ×2" in finding.message
+    assert finding.message.startswith("model is split across cpu/meta: model[1].weight")
+    assert finding.message.endswith("on meta, the rest on cpu")
     assert finding.fix is not None and finding.fix.startswith("model.to_empty(device='cpu')")
 
 
@@ -953,7 +954,7 @@ def test_text_html_and_plain_data_agree() -> None:
     model[1].to("meta")
     report = run_scan({"model": model, "x": torch.zeros(32, 784)})
     text = str(report)
-    assert text.index("split across devices") < text.index("Name")  # findings first
+    assert text.index("split across cpu/meta") < text.index("Name")  # findings first
     assert "[32, 784]" in text and "float32" in text and "98.0 KiB" in text
     assert "cpu ×2 (160 B), meta ×2 (0 B)" in text
     html = report.to_html()

@@ -89,7 +89,7 @@ def namespaces(draw: Any) -> dict[str, Any]:
     return ns
 
 
-_TENSOR_FIELDS = [f for f in Row._fields if f != "breakdown"]
+_TENSOR_FIELDS = [f for f in Row._fields if f not in ("breakdown", "parts")]
 
 
 def _append_one_by_one(table: RowTable, **columns: Any) -> None:

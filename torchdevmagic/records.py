@@ -20,6 +20,23 @@ class DeviceShare(NamedTuple):
     nbytes: int
 
 
+class ModuleParts(NamedTuple):
+    """What a module row's tensors are, as MemReporter and torchinfo split them: parameters
+    (tensors, and their element count: the model's parameter count), their grads, buffers and
+    plain tensor attributes. Bytes are those each part adds to the row (a storage counted
+    once), so the four sum to the row's ``nbytes``."""
+
+    params: int = 0
+    param_elements: int = 0
+    param_bytes: int = 0
+    grads: int = 0
+    grad_bytes: int = 0
+    buffers: int = 0
+    buffer_bytes: int = 0
+    attributes: int = 0
+    attribute_bytes: int = 0
+
+
 class Row(NamedTuple):
     """One thing the user can name: a tensor, a module or an optimizer.
 
@@ -38,6 +55,7 @@ class Row(NamedTuple):
     requires_grad: bool = False
     breakdown: tuple[DeviceShare, ...] = ()  # modules and optimizers
     note: str = ""  # "view", "uninitialized", "sparse_coo", "fake", ...
+    parts: Optional[ModuleParts] = None  # modules: params / grads / buffers / attributes
 
 
 _FIELD_INDEX = {name: i for i, name in enumerate(Row._fields)}
@@ -92,6 +110,7 @@ class RowTable:
             *(path, kind, type_name, device, nbytes, dtype, shape, alias_of, requires_grad),
             [()] * n,  # breakdown
             note,
+            [None] * n,  # parts
         )
         if any(len(v) != n for v in values):
             raise ValueError("extend_tensors: columns of different lengths")
@@ -321,6 +340,7 @@ __all__ = [
     "Finding",
     "Holder",
     "Member",
+    "ModuleParts",
     "Row",
     "RowTable",
     "Rows",

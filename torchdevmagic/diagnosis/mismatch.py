@@ -50,7 +50,8 @@ def describe_value(v: cp.Value) -> str:
     if v.kind == "module":
         if len(v.devices) <= 1:
             return f"{v.type_name} (all {plural(v.params, 'parameter')})"
-        return f"{v.type_name} ({plural(v.params, 'parameter')}, split across devices)"
+        where = "/".join(v.devices)
+        return f"{v.type_name} ({plural(v.params, 'parameter')}, split across {where})"
     return f"{v.type_name} of {plural(v.count, 'tensor')}"
 
 
@@ -160,6 +161,13 @@ def _plain_attribute_notes(culprits: list[cp.Value]) -> list[str]:
     return notes
 
 
+def _placed(v: cp.Value) -> str:
+    """``lst is split across cpu/meta`` or ``x is on cpu``."""
+    if len(v.devices) > 1:
+        return f"{v.expression} is split across {'/'.join(v.devices)}"
+    return f"{v.expression} is on {v.devices[0] if v.devices else '?'}"
+
+
 def _mismatch_summary(  # noqa: PLR0917 - the parts of one sentence
     match: rl.Match,
     rows: list[Culprit],
@@ -169,6 +177,8 @@ def _mismatch_summary(  # noqa: PLR0917 - the parts of one sentence
     notes: list[str],
 ) -> str:
     if rows:
+        if any(len(v.devices) > 1 for v in culprits):  # a mixed list is not "on cpu"
+            return ", ".join(map(_placed, culprits)) + f", the rest on {target}"
         names = ", ".join(r.expression for r in rows)
         where = ", ".join(
             sorted({d for v in culprits for d in v.devices if not fx.on_device((d,), target)})

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from torchdevmagic._format import format_bytes, format_dtype, format_shape, plural
-from torchdevmagic.records import DeviceMemory, DeviceShare, Holder, Row, ScanStats
+from torchdevmagic.records import DeviceMemory, DeviceShare, Holder, ModuleParts, Row, ScanStats
 from torchdevmagic.render.blocks import Block, Line, Table
 from torchdevmagic.render.findings import finding_lines, name_some
 
@@ -96,10 +96,26 @@ def breakdown_text(shares: Iterable[DeviceShare]) -> str:
     return ", ".join(f"{s.device} ×{s.tensors:,} ({format_bytes(s.nbytes)})" for s in shares)
 
 
+def parts_text(p: ModuleParts) -> str:
+    """``58 params (232 B), grads 128 B, 3 buffers (76 B), 1 tensor attribute (12 B)``:
+    the parameter count (elements, as torchinfo counts them), then bytes by role."""
+    out = [f"{plural(p.param_elements, 'param')} ({format_bytes(p.param_bytes)})"]
+    if p.grads:
+        out.append(f"grads {format_bytes(p.grad_bytes)}")
+    if p.buffers:
+        out.append(f"{plural(p.buffers, 'buffer')} ({format_bytes(p.buffer_bytes)})")
+    if p.attributes:
+        what = plural(p.attributes, "tensor attribute")
+        out.append(f"{what} ({format_bytes(p.attribute_bytes)})")
+    return ", ".join(out)
+
+
 def _details(row: Row) -> str:
     parts = []
     if row.kind in ("module", "optimizer") and row.breakdown:
         parts.append(breakdown_text(row.breakdown))
+    if row.parts is not None:
+        parts.append(parts_text(row.parts))
     if row.alias_of:
         parts.append(f"alias of {row.alias_of}")
     if row.note and (row.kind not in ("module", "optimizer") or not row.breakdown):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from torchdevmagic.records import Finding, Member
+from torchdevmagic.records import DeviceShare, Finding, Member
 
 
 def finding_message(f: Finding) -> str:
@@ -34,15 +34,22 @@ def name_some(items: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+def split_devices(shares: tuple[DeviceShare, ...]) -> str:
+    """``cpu/meta``: the devices a split module (or container) lives on, biggest first."""
+    return "/".join(s.device for s in shares)
+
+
 def quote_device(device: Optional[str]) -> str:
     return repr(device) if device else "device"
 
 
 def _split_message(f: Finding) -> str:
-    odd = ", ".join(f"{s.device} ×{s.tensors:,}" for s in f.shares if s.device != f.target)
-    return f"{f.path} is split across devices: {f.target}, but {odd}: " + name_some(
-        [m.path for m in f.members]
-    )
+    """``model is split across cpu/meta: model[2].weight, model[2].bias on meta, the rest
+    on cpu``: the odd tensors by device, named."""
+    odd = [s.device for s in f.shares if s.device != f.target]
+    groups = [name_some([m.path for m in f.members if m.device == d]) for d in odd]
+    where = "; ".join(f"{names} on {d}" for names, d in zip(groups, odd) if names)
+    return f"{f.path} is split across {split_devices(f.shares)}: {where}, the rest on {f.target}"
 
 
 def _split_fix(f: Finding) -> str:
@@ -69,9 +76,10 @@ def _plain_message(f: Finding) -> str:
         else ""
     )
     if f.severity == "warning":
+        where = f"split across {split_devices(f.shares)}" if f.shares else f"on {f.target}"
         return (
-            f"{f.path} is a plain tensor attribute on {f.device} while {module} is on "
-            f"{f.target}; .to() will not move it: use register_buffer{durable}"
+            f"{f.path} is a plain tensor attribute on {f.device} while {module} is {where}; "
+            f".to() will not move it: use register_buffer{durable}"
         )
     return (
         f"{f.path} is a plain tensor attribute ({f.device}): {module}.to() will leave it "

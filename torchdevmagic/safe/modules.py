@@ -79,15 +79,17 @@ def module_tree(
 
 def owned_tensors(
     namespaces: list[dict[str, Any]], module_paths: list[str], classes: Classifier
-) -> tuple[list[Any], list[str]]:
-    """Parameters then buffers of each module, in module order, and their paths.
-    Entries that are not tensors (``None`` for ``bias=False``) are skipped."""
+) -> tuple[list[Any], list[str], list[bool]]:
+    """Parameters then buffers of each module, in module order, their paths, and whether
+    each is a parameter. Entries that are not tensors (``None`` for ``bias=False``) are
+    skipped."""
     kinds, kind_of = classes.kinds, classes.kind_of
     owned: list[Any] = []
     owned_paths: list[str] = []
+    is_param: list[bool] = []
     for mpath, ns in zip(module_paths, namespaces):
-        tables: tuple[Any, Any] = (ns.get("_parameters"), ns.get("_buffers"))
-        for table in tables:
+        tables = ((True, ns.get("_parameters")), (False, ns.get("_buffers")))
+        for param, table in tables:
             if type(table) is dict or issubclass(type(table), dict):
                 items = table_items(table)  # a dict subclass: through dict's own methods
             else:
@@ -95,12 +97,13 @@ def owned_tensors(
             for name, t in items:  # a C-level copy: see plain_tensor_attributes
                 if t is not None and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor":
                     owned.append(t)
+                    is_param.append(param)
                     owned_paths.append(
                         f"{mpath}.{name}"  # attribute_path, inlined for the common case
                         if type(name) is str and is_attribute_name(name)
                         else attribute_path(mpath, name)
                     )
-    return owned, owned_paths
+    return owned, owned_paths, is_param
 
 
 def script_children(table: Any) -> Optional[dict[str, Any]]:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 
 from torchdevmagic.records import DeviceShare, add_by_device
+
+#: dtypes of bookkeeping buffers (``num_batches_tracked``, step counters, masks): a float32
+#: model that holds them is still a float32 model.
+BOOKKEEPING_DTYPES = frozenset(
+    {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+)
 
 
 @dataclass
@@ -13,6 +20,7 @@ class Breakdown:
     counts: dict[str, int] = field(default_factory=dict)
     bytes: dict[str, int] = field(default_factory=dict)
     dtypes: set[str] = field(default_factory=set)
+    bookkeeping: set[str] = field(default_factory=set)  # integer buffers' dtypes
     total: int = 0
     tensors: list[tuple[str, str]] = field(default_factory=list)  # (path, device)
     grads: int = 0  # how many of ``tensors`` are .grad tensors
@@ -29,6 +37,11 @@ class Breakdown:
         self.total += sum(nbytes)
         self.tensors.extend(zip(paths, devices))
 
+    def add_buffer_dtypes(self, dtypes: Iterable[str]) -> None:
+        """Buffers' dtypes: an integer one is bookkeeping, the others count as usual."""
+        for d in set(dtypes):
+            (self.bookkeeping if d in BOOKKEEPING_DTYPES else self.dtypes).add(d)
+
     def shares(self) -> tuple[DeviceShare, ...]:
         order = sorted(self.counts, key=lambda d: (-self.bytes[d], -self.counts[d], d))
         return tuple(DeviceShare(d, self.counts[d], self.bytes[d]) for d in order)
@@ -39,7 +52,9 @@ class Breakdown:
         return self.shares()[0].device if len(self.counts) == 1 else "mixed"
 
     def dtype(self) -> str | None:
-        """The one dtype of every tensor, ``"mixed"``, or ``None`` when there are none."""
-        if len(self.dtypes) == 1:
-            return next(iter(self.dtypes))
-        return "mixed" if self.dtypes else None
+        """The one dtype of every tensor, ``"mixed"``, or ``None`` when there are none.
+        Integer buffers count only when there is nothing else."""
+        dtypes = self.dtypes or self.bookkeeping
+        if len(dtypes) == 1:
+            return next(iter(dtypes))
+        return "mixed" if dtypes else None

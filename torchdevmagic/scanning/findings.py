@@ -34,8 +34,11 @@ def split_module(
     return Finding("split_module", path, target=main, shares=shares, members=odd)
 
 
-def plain_attribute(path: str, device: str, module_device: Optional[str]) -> Finding:
-    """A tensor set as a plain attribute of a module: ``.to()`` will leave it behind."""
+def plain_attribute(
+    path: str, device: str, module_device: Optional[str], shares: tuple[DeviceShare, ...] = ()
+) -> Finding:
+    """A tensor set as a plain attribute of a module: ``.to()`` will leave it behind.
+    ``shares`` are the module's devices when it is split across several."""
     elsewhere = module_device is not None and device != module_device
     return Finding(
         "plain_tensor_attribute",
@@ -43,6 +46,7 @@ def plain_attribute(path: str, device: str, module_device: Optional[str]) -> Fin
         severity="warning" if elsewhere else "note",
         device=device,
         target=module_device,
+        shares=shares if len(shares) > 1 else (),
     )
 
 

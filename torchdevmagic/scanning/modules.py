@@ -6,12 +6,13 @@ column-wise read for the whole tree; a module row shows nothing else of them.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import is_
+from itertools import compress, repeat
+from math import prod
+from operator import is_, not_
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from torchdevmagic._format import plural
-from torchdevmagic.records import Row
+from torchdevmagic.records import DeviceShare, ModuleParts, Row
 from torchdevmagic.safe import batch
 from torchdevmagic.safe.batch import Columns, Placement
 from torchdevmagic.safe.modules import module_tree, owned_tensors, plain_tensor_attributes
@@ -29,7 +30,7 @@ def walk_module(walker: Walker, mod: Any, path: str) -> None:
     dicts directly: ``named_parameters()`` is a method a subclass may override."""
     classes = walker.classes
 
-    def read() -> tuple[tuple[list[Any], list[str]], list[tuple[str, Any]]]:
+    def read() -> tuple[tuple[list[Any], list[str], list[bool]], list[tuple[str, Any]]]:
         # Reads only (the walker's seen set grows idempotently): safe to run twice.
         namespaces, module_paths = module_tree(mod, path, classes, walker.seen)
         owned = owned_tensors(namespaces, module_paths, classes)
@@ -40,16 +41,23 @@ def walk_module(walker: Walker, mod: Any, path: str) -> None:
         return
     owned, attrs = tree
     acc = Breakdown()
-    _module_tensors(walker, *owned, acc)
-    _module_row(walker, mod, path, acc, attrs)
+    parts = _module_tensors(walker, *owned, acc)
+    _module_row(walker, mod, path, acc=acc, attrs=attrs, parts=parts)
 
 
-def _module_tensors(walker: Walker, tensors: list[Any], paths: list[str], acc: Breakdown) -> None:
+def _module_tensors(
+    walker: Walker, tensors: list[Any], paths: list[str], is_param: list[bool], acc: Breakdown
+) -> ModuleParts:
     """Parameters and buffers of a module tree, column-wise; then their grads."""
     ledger, tt = walker.ledger, walker.tt
     cols: Union[Placement, Columns, None] = batch.placement_columns(tensors, tt)
     if cols is None:
+        role = dict(zip(paths, is_param))
         tensors, paths, cols = ledger.facts_one_by_one(tensors, paths)
+        is_param = list(map(role.__getitem__, paths))  # the tensors that could be read
+        shapes: list[Optional[tuple[int, ...]]] = list(compress(cols.shape, is_param))
+    else:  # plain tensors and Parameters only: their shape descriptor runs no Python
+        shapes = list(map(tt.get.shape, compress(tensors, is_param)))
     nbytes, _ = ledger.count_many(cols, paths)
     ids = list(map(id, tensors))
     param_path = ledger.param_path
@@ -58,10 +66,16 @@ def _module_tensors(walker: Walker, tensors: list[Any], paths: list[str], acc: B
     else:
         for i, p in zip(ids, paths):
             param_path.setdefault(i, p)
-    acc.add_many(cols.device, nbytes, cols.dtype, paths)
+    parts = _parts(is_param, ids, nbytes, shapes)
+    if parts.buffers:  # an integer buffer's dtype does not make the model's "mixed"
+        acc.add_many(cols.device, nbytes, list(compress(cols.dtype, is_param)), paths)
+        acc.add_buffer_dtypes(compress(cols.dtype, map(not_, is_param)))
+    else:
+        acc.add_many(cols.device, nbytes, cols.dtype, paths)
     grads = list(map(tt.get.grad, tensors))
     if all(map(is_, grads, repeat(None))):  # not grads.count(None): that runs Tensor.__eq__
-        return
+        return parts
+    grad_count = grad_bytes = 0
     for p, grad in zip(paths, grads):
         if grad is not None and walker.kind_of(type(grad)) == "tensor":
             facts = read_facts(grad, tt)
@@ -69,18 +83,51 @@ def _module_tensors(walker: Walker, tensors: list[Any], paths: list[str], acc: B
             gbytes, _ = ledger.count(facts.storage_key, facts.storage_bytes, facts.device, gpath)
             acc.add(facts.device, gbytes, facts.dtype, gpath)
             acc.grads += 1
+            grad_count += 1
+            grad_bytes += gbytes
+    return parts._replace(grads=grad_count, grad_bytes=grad_bytes)
+
+
+def _parts(
+    is_param: list[bool], ids: list[int], nbytes: list[int], shapes: list[Any]
+) -> ModuleParts:
+    """Parameters and buffers of a tree, counted from the parameters' ``shapes`` (None for
+    a nested tensor). A parameter shared by two modules (tied weights) counts once, as in
+    ``parameters()``."""
+    param_ids = list(compress(ids, is_param))
+    if len(set(param_ids)) < len(param_ids):
+        shapes = list(dict(zip(param_ids, shapes)).values())
+    elements = sum(prod(s) for s in shapes if s is not None)
+    params = is_param.count(True)
+    param_bytes = sum(compress(nbytes, is_param)) if params < len(is_param) else sum(nbytes)
+    return ModuleParts(
+        params=len(shapes),
+        param_elements=elements,
+        param_bytes=param_bytes,
+        buffers=len(is_param) - params,
+        buffer_bytes=sum(nbytes) - param_bytes,
+    )
 
 
 def _module_row(
-    walker: Walker, mod: Any, path: str, acc: Breakdown, attrs: list[tuple[str, Any]]
+    walker: Walker,
+    mod: Any,
+    path: str,
+    *,
+    acc: Breakdown,
+    attrs: list[tuple[str, Any]],
+    parts: ModuleParts,
 ) -> None:
     shares = acc.shares()
     main = findings.target_device(shares)
     split = findings.split_module(path, main, shares, acc.tensors)
     if split is not None:
         walker.findings.append(split)
+    attribute_bytes = 0
     for apath, value in attrs:
-        _plain_attribute(walker, apath, value, main, acc)
+        attribute_bytes += _plain_attribute(
+            walker, apath, value, module_device=main, shares=shares, acc=acc
+        )
     row = Row(
         path=path,
         kind="module",
@@ -90,15 +137,24 @@ def _module_row(
         dtype=acc.dtype(),
         breakdown=acc.shares(),
         note=plural(len(acc.tensors) - acc.grads, "tensor"),
+        parts=parts._replace(attributes=len(attrs), attribute_bytes=attribute_bytes),
     )
     walker.ledger.rows.append(row)
     walker.module_rows.append(row)
 
 
 def _plain_attribute(
-    walker: Walker, apath: str, value: Any, module_device: Optional[str], acc: Breakdown
-) -> None:
+    walker: Walker,
+    apath: str,
+    value: Any,
+    *,
+    module_device: Optional[str],
+    shares: tuple[DeviceShare, ...],
+    acc: Breakdown,
+) -> int:
+    """Counts a plain tensor attribute into the row; its bytes."""
     facts = read_facts(value, walker.tt)
     nbytes, _ = walker.ledger.count(facts.storage_key, facts.storage_bytes, facts.device, apath)
     acc.add(facts.device, nbytes, facts.dtype, apath)
-    walker.findings.append(findings.plain_attribute(apath, facts.device, module_device))
+    walker.findings.append(findings.plain_attribute(apath, facts.device, module_device, shares))
+    return nbytes
