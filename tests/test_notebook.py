@@ -175,7 +175,7 @@ def test_devices_names_the_variables_and_their_device(executed: Any) -> None:
     # The HTML table says the same thing, cell by cell.
     (display,) = [o for o in cell.outputs if o["output_type"] == "display_data"]
     html_rows = _html_rows(display["data"]["text/html"])
-    assert html_rows[0][:3] == ["Name", "Type", "Device"]
+    assert html_rows[0][:3] == ["Path", "Type", "Device"]
     by_name = {r[0]: r for r in html_rows[1:]}
     for name in ("model", "batch['x']", "batch['y']"):
         assert by_name[name][2] == device
@@ -401,7 +401,7 @@ def test_page_shows_the_tables_and_logs_no_errors(probes: dict[str, Any], theme:
     tables = probe["tables"]
     for table in tables:
         assert table["width"] > 100 and table["height"] > 20, table  # laid out, not collapsed
-    devices = [t for t in tables if t["headers"][:3] == ["Name", "Type", "Device"]]
+    devices = [t for t in tables if t["headers"][:3] == ["Path", "Type", "Device"]]
     assert len(devices) == 3, tables
     assert {"model", "batch['x']", "batch['y']", "optimizer"} <= set(devices[0]["first_column"])
     assert "head" in devices[1]["first_column"]

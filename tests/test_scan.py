@@ -954,7 +954,7 @@ def test_text_html_and_plain_data_agree() -> None:
     model[1].to("meta")
     report = run_scan({"model": model, "x": torch.zeros(32, 784)})
     text = str(report)
-    assert text.index("split across cpu/meta") < text.index("Name")  # findings first
+    assert text.index("split across cpu/meta") < text.index("Path")  # findings first
     assert "[32, 784]" in text and "float32" in text and "98.0 KiB" in text
     assert "cpu ×2 (160 B), meta ×2 (0 B)" in text
     html = report.to_html()

@@ -44,7 +44,41 @@ class Displayable:
     def __rich__(self) -> Any:
         from rich.text import Text
 
-        return Text(self.to_text())
+        return Trimmed(Text(self.to_text()))
+
+
+class Trimmed:
+    """A rich renderable that prints another without trailing spaces on any line.
+
+    rich pads every table cell to its column's width and keeps the space a line was wrapped
+    at, so each row of a terminal table ends in spaces: copied into an editor or a diff they
+    are noise. The lines are rendered at the console's width, then the trailing blanks of
+    each line are cut (styles of the text kept).
+    """
+
+    def __init__(self, renderable: Any) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.segment import Segment
+
+        lines = console.render_lines(self.renderable, options, pad=False)
+        for line in lines:
+            yield from trim_line(line)
+            yield Segment.line()
+
+
+def trim_line(line: list[Any]) -> list[Any]:
+    """One rendered line (rich segments) without its trailing blanks."""
+    from rich.segment import Segment
+
+    out = list(line)
+    while out and not out[-1].control and not out[-1].text.rstrip():
+        out.pop()
+    if out and not out[-1].control:
+        last = out[-1]
+        out[-1] = Segment(last.text.rstrip(), last.style, last.control)
+    return out
 
 
 # Colours chosen to keep contrast on both white and near-black backgrounds.

@@ -14,8 +14,11 @@ def show(shell: Any, result: Any) -> None:
     if is_terminal(shell):
         from rich.console import Console
 
+        from torchdevmagic._display import Trimmed
+
         # markup=False: a str cell anywhere (a user's name, an env var) is text, never markup.
-        Console(highlight=False, markup=False).print(result.__rich__())
+        # Trimmed: no trailing spaces on any line (rich pads table cells).
+        Console(highlight=False, markup=False).print(Trimmed(result.__rich__()))
         return
     from IPython.display import display
 

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Union
 from torchdevmagic._display import (
     ERROR_COLOR,
     WARN_COLOR,
+    Trimmed,
     html_block,
     html_lines,
     html_table,
@@ -91,4 +92,4 @@ def to_rich(blocks: Sequence[Block]) -> Any:
             items.append(table)
         elif b.text:  # as in HTML: the terminal output keeps no blank separator lines
             items.append(Text(b.text, style=STYLES[b.style][1]))
-    return Group(*items)
+    return Trimmed(Group(*items))

@@ -14,8 +14,14 @@ if TYPE_CHECKING:
     from torchdevmagic.report import DevicesReport
 
 DEFAULT_ROWS_SHOWN = 30
-HEADERS = ("Name", "Type", "Device", "Dtype", "Shape", "Memory", "Details")
-GPU_HEADERS = ("GPU", "Name", "Named", "Allocated", "Reserved", "Peak", "NVML used/total", "Util")
+# Each header is the word of the record field it shows (Row.path, Row.nbytes, ...;
+# DeviceMemory.device, .utilization_percent): what the table says is what a program reads.
+# Details joins several fields (breakdown, alias_of, note, requires_grad).
+HEADERS = ("Path", "Type", "Device", "Dtype", "Shape", "Bytes", "Details")
+GPU_HEADERS = (
+    *("Device", "Name", "Named", "Allocated", "Reserved", "Peak"),
+    *("NVML used/total", "Utilization"),
+)
 
 
 def report_blocks(report: DevicesReport) -> list[Block]:
