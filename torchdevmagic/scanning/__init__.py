@@ -18,6 +18,7 @@ from torchdevmagic._torch import no_torch_function
 from torchdevmagic.records import Finding, Row, RowTable, ScanStats
 from torchdevmagic.safe.handles import Torch
 from torchdevmagic.scanning import findings
+from torchdevmagic.scanning.history import history_named
 from torchdevmagic.scanning.holders import find_holders
 from torchdevmagic.scanning.optimizers import finish_optimizers
 from torchdevmagic.scanning.walker import (
@@ -58,9 +59,10 @@ def visible_entries(
     namespace: Mapping[str, Any], include_hidden: bool, hidden: Iterable[str]
 ) -> list[tuple[str, Any]]:
     """The namespace's ``(name, value)`` pairs a report shows: str names, and unless
-    ``include_hidden`` none starting with ``_``, none in ``hidden``, none of IPython's."""
+    ``include_hidden`` none starting with ``_``, none in ``hidden``, none of IPython's; with
+    it, IPython's output history once, as ``Out[n]`` (:mod:`.history`)."""
     hidden_names = set(hidden)
-    return [
+    entries = [
         (name, value)
         for name, value in list(dict.items(dict(namespace)))
         if type(name) is str
@@ -69,6 +71,7 @@ def visible_entries(
             or not (name.startswith("_") or name in hidden_names or name in IPYTHON_NAMES)
         )
     ]
+    return history_named(entries) if include_hidden else entries
 
 
 def collect(entries: list[tuple[str, Any]], tt: Torch, limits: Limits) -> Collected:
