@@ -21,6 +21,7 @@ from torchdevmagic._display import (
     html_table,
     text_table,
 )
+from torchdevmagic.render.bars import Bars, bars_html
 
 #: style name -> (HTML colour or None, rich style)
 STYLES: dict[str, tuple[Union[str, None], str]] = {
@@ -43,7 +44,7 @@ class Table(NamedTuple):
     wrap: tuple[int, ...] = ()  # columns rich may wrap (others stay whole: copyable)
 
 
-Block = Union[Line, Table]
+Block = Union[Line, Table, Bars]  # Bars: pictures, in HTML only (the tables say the same)
 
 
 def to_text(blocks: Sequence[Block]) -> str:
@@ -51,7 +52,7 @@ def to_text(blocks: Sequence[Block]) -> str:
     for b in blocks:
         if isinstance(b, Table):
             out.append(text_table(b.headers, b.rows, right_align=b.right_align))
-        else:
+        elif isinstance(b, Line):
             out.append(b.text)
     return "\n".join(out)
 
@@ -65,6 +66,11 @@ def to_html(blocks: Sequence[Block]) -> str:
                 parts.append(html_lines(lines))
                 lines = []
             parts.append(html_table(b.headers, b.rows, right_align=b.right_align))
+        elif isinstance(b, Bars):
+            if lines:
+                parts.append(html_lines(lines))
+                lines = []
+            parts.append(bars_html(b))
         elif b.text:  # blank lines separate sections in text; HTML has its own spacing
             lines.append((b.text, STYLES[b.style][0]))
     if lines:
@@ -90,6 +96,8 @@ def to_rich(blocks: Sequence[Block]) -> Any:
             for row in b.rows:
                 table.add_row(*(Text(cell) for cell in row))
             items.append(table)
-        elif b.text:  # as in HTML: the terminal output keeps no blank separator lines
+        elif (
+            isinstance(b, Line) and b.text
+        ):  # as in HTML: the terminal output keeps no blank separator lines
             items.append(Text(b.text, style=STYLES[b.style][1]))
     return Trimmed(Group(*items))

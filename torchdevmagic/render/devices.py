@@ -9,6 +9,7 @@ from torchdevmagic._format import format_bytes, format_dtype, format_shape, plur
 from torchdevmagic.records import DeviceMemory, DeviceShare, Holder, ModuleParts, Row, ScanStats
 from torchdevmagic.render.blocks import Block, Line, Table
 from torchdevmagic.render.findings import finding_lines, name_some
+from torchdevmagic.render.pictures import gpu_bars, module_bars
 
 if TYPE_CHECKING:
     from torchdevmagic.report import DevicesReport
@@ -42,11 +43,13 @@ def report_blocks(report: DevicesReport) -> list[Block]:
         out.append(Table(HEADERS, cells, right_align=(5,), wrap=(6,)))
         out.extend(Line(t, "dim") for t in footer_lines(report.stats, hidden_rows))
         out.append(Line(totals_line(report)))
+        out.extend(b for b in [module_bars(shown)] if b is not None)
     if report.gpus:
         out.append(Line(""))
         gpus = [gpu_cells(g) for g in report.gpus]
         right = (2, 3, 4, 5, 6, 7)
         out.append(Table(GPU_HEADERS, gpus, right_align=right, wrap=tuple(range(8))))
+        out.extend(b for b in [gpu_bars(report.gpus)] if b is not None)
     out.extend(Line(n, "dim") for n in gpu_notes(report))
     return out
 
