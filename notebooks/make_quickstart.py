@@ -125,7 +125,8 @@ EMULATE_FAIL = """\
 scores = gpu_model(features)"""
 
 EMULATE_FIX_MD = """\
-The fix `%%devcheck` gives, applied; `%devices cuda` then lists what lives on the GPUs."""
+The fix `%%devcheck` gives, applied; `%devices cuda` then lists what lives on the GPUs, and
+draws a bar per GPU (named / allocated / reserved / NVML used against the total)."""
 
 EMULATE_FIX = """\
 features = features.to("cuda:0")

@@ -284,6 +284,12 @@ def test_emulated_gpu_finds_the_bug_a_laptop_never_sees(executed: Any) -> None:
     assert _plain(fixed) == "device(type='cuda', index=0)"
     listing = ANSI.sub("", _plain(_cell(executed, "%devices cuda")))
     assert "gpu_model" in listing and "features" in listing
+    # The HTML draws a bar per GPU (render/pictures.py); the text keeps its table only.
+    (html,) = [o["data"]["text/html"] for o in _shown(_cell(executed, "%devices cuda"))]
+    bars = re.findall(r'role="img" aria-label="(cuda:\d)', html)
+    emulated = _device(executed) == "cpu"  # two emulated GPUs; else the machine's own
+    assert bars == ["cuda:0", "cuda:1"] if emulated else bars, html
+    assert "GPU memory" in html and "GPU memory" not in listing
 
 
 def test_without_the_tag_nbclient_reports_the_original_exception(tmp_path: Path) -> None:

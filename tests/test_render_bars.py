@@ -165,10 +165,14 @@ def test_a_gpu_without_nvml_is_drawn_against_its_largest_figure() -> None:
     assert "no total from NVML: the bar is the largest figure" in html
 
 
-def test_no_bar_for_a_gpu_with_nothing_to_draw() -> None:
-    g = DeviceMemory("cuda:0", allocated_bytes=0, reserved_bytes=0)
-    assert bars_of(report_with([g], {}).to_html()) == []
-    assert "GPU memory" not in report_with([g], {}).to_html()
+def test_a_gpu_with_nothing_to_draw_gets_an_empty_frame_that_says_so() -> None:
+    g = DeviceMemory("cuda:1", allocated_bytes=0, reserved_bytes=0)  # an idle emulated GPU
+    html = report_with([g], {}).to_html()
+    (bar,) = bars_of(html)
+    assert bar["segments"] == [] and bar["label"].startswith("cuda:1")
+    assert bar["legend"] == ["named 0 B", "allocated 0 B", "reserved 0 B", "NVML used N/A",
+                             "total N/A"]  # fmt: skip
+    assert "nothing to draw: no memory in use here and no total from NVML" in html
 
 
 def test_a_module_split_across_devices_has_a_bar_per_device_share() -> None:

@@ -29,16 +29,14 @@ GPU_PARTS = (
 )
 
 
-def gpu_bar(g: DeviceMemory) -> Optional[Bar]:
-    """The bar of one GPU, or ``None`` when it has no figure to draw."""
+def gpu_bar(g: DeviceMemory) -> Bar:
+    """The bar of one GPU (an empty frame, said so, when it has no figure to draw)."""
     figures: list[tuple[str, Optional[int], str]] = [
         (word, getattr(g, field), color) for word, field, color in GPU_PARTS
     ]
     known = [v for _, v, _ in figures if v is not None]
     total = g.nvml_total_bytes
     scale = total if total else max(known, default=0)
-    if scale <= 0:
-        return None
     segments = tuple(
         Segment(v, color, f"{word} {format_bytes(v)}")
         for word, v, color in figures
@@ -50,15 +48,16 @@ def gpu_bar(g: DeviceMemory) -> Optional[Bar]:
     ]
     legend.append(LegendItem(f"total {format_bytes(total)}", None))
     note = "each figure includes the one before it: a colour shows what it adds"
-    if not total:
+    if scale <= 0:
+        note = "nothing to draw: no memory in use here and no total from NVML"
+    elif not total:
         note += "; no total from NVML: the bar is the largest figure"
     title = g.device + (f" {g.name}" if g.name else "")
-    return Bar(title, scale, segments, tuple(legend), note)
+    return Bar(title, max(scale, 1), segments, tuple(legend), note)
 
 
 def gpu_bars(gpus: Sequence[DeviceMemory]) -> Optional[Bars]:
-    bars = tuple(b for b in map(gpu_bar, gpus) if b is not None)
-    return Bars(GPU_HEADING, bars) if bars else None
+    return Bars(GPU_HEADING, tuple(map(gpu_bar, gpus))) if gpus else None
 
 
 def module_bars(rows: Sequence[Row]) -> Optional[Bars]:
