@@ -244,6 +244,31 @@ def totals_of(rows: Iterable[Row]) -> dict[str, int]:
     return out
 
 
+class RowChange(NamedTuple):
+    """One named thing that changed between two reports (``DevicesReport.diff``)."""
+
+    path: str
+    change: str  # "new", "freed", "grown", "shrunk", "moved" (its device changed)
+    kind: str  # the row's kind: "tensor", "module", ...
+    type_name: str
+    before_device: Optional[str]  # None: it was not there
+    after_device: Optional[str]  # None: it is gone
+    before_bytes: int  # as counted in each report's totals
+    after_bytes: int
+    before_shape: Optional[tuple[int, ...]] = None
+    after_shape: Optional[tuple[int, ...]] = None
+
+
+class TotalChange(NamedTuple):
+    """One device's named bytes (and, for a GPU, the allocator's) in two reports."""
+
+    device: str
+    before_bytes: int
+    after_bytes: int
+    before_allocated: Optional[int] = None  # None: not a GPU, or N/A
+    after_allocated: Optional[int] = None
+
+
 class Member(NamedTuple):
     """One tensor a finding is about: where it is and where it should be."""
 
@@ -342,9 +367,11 @@ __all__ = [
     "Member",
     "ModuleParts",
     "Row",
+    "RowChange",
     "RowTable",
     "Rows",
     "ScanStats",
+    "TotalChange",
     "to_plain",
     "totals_of",
 ]

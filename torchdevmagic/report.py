@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from torchdevmagic._device import Device, device_sort_key
 from torchdevmagic._display import Displayable
@@ -22,6 +22,9 @@ from torchdevmagic.records import (
 )
 from torchdevmagic.render import blocks
 from torchdevmagic.render import devices as words
+
+if TYPE_CHECKING:
+    from torchdevmagic.diff import DevicesDiff
 
 DEFAULT_ROWS_SHOWN = words.DEFAULT_ROWS_SHOWN
 
@@ -121,6 +124,18 @@ class DevicesReport(Displayable):
             "stats": to_plain(self.stats),
             "holders": to_plain(list(self.holders)),
         }
+
+    def diff(self, earlier: DevicesReport) -> DevicesDiff:
+        """What changed since ``earlier``: new, freed, grown, shrunk and moved rows, and each
+        device's totals before and after (``%devices --diff`` in a notebook)::
+
+            before = torchdevmagic.scan()
+            train_one_batch()
+            print(torchdevmagic.scan().diff(before))
+        """
+        from torchdevmagic.diff import diff_reports
+
+        return diff_reports(earlier, self)
 
     # -- shared pieces (render/devices.py) --------------------------------------------------
     def shown_rows(self) -> tuple[list[Row], int]:

@@ -44,13 +44,14 @@ class DevicesMagics(Magics):
     @argument("-a", "--all", action="store_true", help="include _private and IPython names")
     @argument("-s", "--sort", default="size", choices=SORT_KEYS, help="row order (default: size)")
     @argument("--top", type=_top, default=None, help="show N rows (default 30; 0 shows all)")
+    @argument("--diff", action="store_true", help="what changed since the previous %%devices")
     @argument("--env", action="store_true", help="CUDA environment verdict instead of variables")
     @argument("-o", "--output", action="store_true", help="return the report object")
     @line_magic
     def devices(self, line: str = "") -> Any:
         """Show where your tensors, modules and optimizers live, and what each GPU holds.
 
-        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [-o]
+        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [--diff] [-o]
                %devices --env [-o]
 
         Findings (a module split across devices, a tensor attribute .to() will not move,
@@ -62,12 +63,16 @@ class DevicesMagics(Magics):
         missing from the build, pip installing into another Python), then the facts. It
         never creates a CUDA context.
 
+        --diff shows what changed since the previous %devices in this kernel: new, freed,
+        grown, shrunk and moved (device changed) variables, and each device's totals.
+
         Examples::
 
             %devices                # everything, biggest first
             %devices cuda:0 --top 10
             report = %devices -o    # the report object: report.rows, report.totals()
             %devices --env          # why torch does (not) see the GPU
+            %devices --diff         # new, freed, grown, moved since the previous %devices
         """
         args = parse(self.devices, line, "%devices")  # an unmatched quote: UsageError
         shell = self.shell
@@ -84,11 +89,23 @@ class DevicesMagics(Magics):
             sort=args.sort,
             top=args.top,
         )
+        previous, self._previous = self._previous, report  # kept for the next --diff
+        if args.diff:
+            return self._finish(self._diff(previous, report), args.output)
         return self._finish(report, args.output)
 
+    # The last report this kernel's %devices made: records only, it keeps no tensor alive.
+    _previous: Any = None
+
+    @staticmethod
+    def _diff(previous: Any, report: Any) -> Any:
+        from torchdevmagic.diff import nothing_to_compare
+
+        return nothing_to_compare(report) if previous is None else report.diff(previous)
+
     def _env(self, args: Any) -> Any:
-        if args.device or args.all or args.top is not None or args.sort != "size":
-            raise UsageError("--env takes no device, -a, --sort or --top (only -o)")
+        if args.device or args.all or args.top is not None or args.sort != "size" or args.diff:
+            raise UsageError("--env takes no device, -a, --sort, --top or --diff (only -o)")
         from torchdevmagic.env import check_environment
 
         return self._finish(check_environment(), args.output)

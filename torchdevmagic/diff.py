@@ -1,0 +1,188 @@
+"""What changed between two ``%devices`` reports: new, freed, grown, shrunk and moved
+variables, and each device's totals before and after. render/diff.py writes it.
+
+pytorch_memlab's users asked for it ("How to get memory diff between first and second
+batch?", https://github.com/Stonesjtu/pytorch_memlab/issues/48: MemReporter prints every
+tensor twice and leaves the comparison to the reader); it was promised there and never
+shipped. Rows are matched by the path a user types; a report keeps no tensor, so neither
+does a diff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from torchdevmagic._device import device_sort_key
+from torchdevmagic._display import Displayable
+from torchdevmagic.records import Row, RowChange, TotalChange, to_plain
+from torchdevmagic.render import blocks
+from torchdevmagic.render import diff as words
+
+if TYPE_CHECKING:
+    from torchdevmagic.report import DevicesReport
+
+#: The kinds of :class:`~torchdevmagic.records.RowChange`, in the order a summary names them.
+CHANGES = ("new", "freed", "grown", "shrunk", "moved")
+
+
+@dataclass(frozen=True)
+class DevicesDiff(Displayable):
+    """The changes between an earlier and a later report, biggest change first.
+
+    ``compared`` is False when there was nothing to compare with (the first ``%devices
+    --diff`` in a kernel): then ``report`` is the later report, shown whole.
+    """
+
+    changes: tuple[RowChange, ...]
+    totals: tuple[TotalChange, ...]  # every device either report names, in device order
+    unchanged: int = 0  # rows present in both, alike
+    compared: bool = True
+    report: Optional[DevicesReport] = None
+    filters: tuple[Optional[str], Optional[str]] = (None, None)  # device filter, before/after
+    top: Optional[int] = None
+
+    def counts(self) -> dict[str, int]:
+        """How many rows of each kind of change: ``{"new": 2, "freed": 1, ...}``."""
+        out = dict.fromkeys(CHANGES, 0)
+        for c in self.changes:
+            out[c.change] += 1
+        return {k: v for k, v in out.items() if v}
+
+    def change(self, path: str) -> RowChange:
+        """The change of the row named ``path``."""
+        for c in self.changes:
+            if c.path == path:
+                return c
+        raise KeyError(path)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "compared": self.compared,
+            "changes": to_plain(list(self.changes)),
+            "totals": to_plain(list(self.totals)),
+            "unchanged": self.unchanged,
+        }
+
+    def to_text(self) -> str:
+        return blocks.to_text(words.diff_blocks(self))
+
+    def to_html(self) -> str:
+        return blocks.to_html(words.diff_blocks(self))
+
+    def __rich__(self) -> Any:
+        return blocks.to_rich(words.diff_blocks(self))
+
+
+def nothing_to_compare(report: DevicesReport) -> DevicesDiff:
+    """The first ``--diff``: no earlier report; the later one is shown whole."""
+    return DevicesDiff(changes=(), totals=(), compared=False, report=report, top=report.top)
+
+
+def diff_reports(before: DevicesReport, after: DevicesReport) -> DevicesDiff:
+    """What changed from ``before`` to ``after``, row by row (matched by path) and per
+    device. A row counted through another (an alias, ``(counted)``) is compared by its
+    shape, dtype and device, not by its 0 bytes: a storage changing owner is no change."""
+    old = _by_path(before.rows)
+    new = _by_path(after.rows)
+    changes: list[RowChange] = []
+    unchanged = 0
+    for path, row in new.items():
+        was = old.get(path)
+        if was is None:
+            changes.append(_change("new", None, row))
+            continue
+        kind = _compare(was, row)
+        if kind is None:
+            unchanged += 1
+        else:
+            changes.append(_change(kind, was, row))
+    changes += [_change("freed", row, None) for path, row in old.items() if path not in new]
+    changes.sort(key=lambda c: (-_size(c), c.path))
+    return DevicesDiff(
+        changes=tuple(changes),
+        totals=_totals(before, after),
+        unchanged=unchanged,
+        filters=(before.device_filter, after.device_filter),
+        top=after.top,
+    )
+
+
+def _size(c: RowChange) -> int:
+    """How big a change is: the bytes that came or went, or those that moved."""
+    if c.change == "moved":
+        return max(c.before_bytes, c.after_bytes)
+    return abs(c.after_bytes - c.before_bytes)
+
+
+def _by_path(rows: Iterable[Row]) -> dict[str, Row]:
+    out: dict[str, Row] = {}
+    for r in rows:
+        out.setdefault(r.path, r)  # the first row of a path, as report.row() finds it
+    return out
+
+
+def _devices(row: Row) -> tuple[str, ...]:
+    """Where a row lives: a module's or optimizer's devices, or its own."""
+    if row.breakdown:
+        return tuple(sorted({s.device for s in row.breakdown}, key=device_sort_key))
+    return (row.device,)
+
+
+def _compare(was: Row, row: Row) -> Optional[str]:
+    """``"moved"``, ``"grown"``, ``"shrunk"`` or ``None`` (alike)."""
+    if _devices(was) != _devices(row):
+        return "moved"
+    if was.alias_of or row.alias_of:  # 0 bytes here: another row counts the storage
+        alike = (was.shape, was.dtype) == (row.shape, row.dtype)
+        return None if alike else _sized(was.nbytes, row.nbytes)
+    if was.nbytes == row.nbytes:
+        return None
+    return _sized(was.nbytes, row.nbytes)
+
+
+def _sized(before: int, after: int) -> Optional[str]:
+    if after == before:
+        return None
+    return "grown" if after > before else "shrunk"
+
+
+def _change(kind: str, was: Optional[Row], row: Optional[Row]) -> RowChange:
+    named = row if row is not None else was
+    assert named is not None
+    return RowChange(
+        path=named.path,
+        change=kind,
+        kind=named.kind,
+        type_name=named.type_name,
+        before_device=was.device if was is not None else None,
+        after_device=row.device if row is not None else None,
+        before_bytes=was.nbytes if was is not None else 0,
+        after_bytes=row.nbytes if row is not None else 0,
+        before_shape=was.shape if was is not None else None,
+        after_shape=row.shape if row is not None else None,
+    )
+
+
+def _totals(before: DevicesReport, after: DevicesReport) -> tuple[TotalChange, ...]:
+    old, new = before.totals(), after.totals()
+    allocated = _allocated(before.gpus), _allocated(after.gpus)
+    devices = sorted(
+        set(old) | set(new) | set(allocated[0]) | set(allocated[1]), key=device_sort_key
+    )
+    return tuple(
+        TotalChange(
+            device=d,
+            before_bytes=old.get(d, 0),
+            after_bytes=new.get(d, 0),
+            before_allocated=allocated[0].get(d),
+            after_allocated=allocated[1].get(d),
+        )
+        for d in devices
+    )
+
+
+def _allocated(gpus: Sequence[Any]) -> dict[str, Optional[int]]:
+    """Each GPU's allocator figure (memory no variable names shows up here too)."""
+    return {g.device: g.allocated_bytes for g in gpus}
