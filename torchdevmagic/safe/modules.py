@@ -8,13 +8,13 @@
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from torchdevmagic.safe.classes import Classifier
 from torchdevmagic.safe.containers import table_items
 from torchdevmagic.safe.handles import Torch, handles
 from torchdevmagic.safe.objects import instance_attributes
-from torchdevmagic.safe.paths import attr_path, attribute_path, is_attribute_name, module_child_path
+from torchdevmagic.safe.paths import attr_path, attribute_path, module_child_path
 
 _dict_items = dict.items
 
@@ -30,6 +30,9 @@ def module_tree(
     namespaces: list[dict[str, Any]] = []
     paths: list[str] = []
     seen_modules: set[int] = set()
+    # A child's path is its parent's plus a suffix ("[0]", ".ln1") that depends on the
+    # name only: made once per name (exact str names, whose hash runs no user code).
+    suffixes: dict[str, str] = {}
     stack = [(path, mod)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -52,28 +55,27 @@ def module_tree(
         namespaces.append(ns)
         paths.append(mpath)
         children: Any = ns.get("_modules")
-        if type(children) is not dict and not issubclass(type(children), dict):
-            children = script_children(children)
-        if type(children) is dict:
+        if type(children) is dict:  # torch 2.5+: a plain dict, read by its own C method
             if not children:
                 continue  # a leaf
-        elif not issubclass(type(children), dict) or not dict.__len__(children):
-            continue
-        for name, child in reversed(list(table_items(children))):
-            if (
-                child is not None
-                and (kinds.get(id(type(child))) or kind_of(type(child))) == "module"
-            ):
-                if seen is not None:
-                    seen.add(id(child))
-                push(
-                    (
-                        f"{mpath}[{name}]"  # module_child_path, inlined: Sequential
-                        if type(name) is str and name.isascii() and name.isdigit()
-                        else module_child_path(mpath, name),
-                        child,
-                    )
-                )
+            items = list(_dict_items(children))
+        else:
+            if not issubclass(type(children), dict):
+                children = script_children(children)
+                if children is None:
+                    continue
+            if not dict.__len__(children):
+                continue
+            items = table_items(children)
+        for name, child in reversed(items):
+            if child is None or (kinds.get(id(type(child))) or kind_of(type(child))) != "module":
+                continue
+            if seen is not None:
+                seen.add(id(child))
+            suffix = suffixes.get(name) if type(name) is str else None
+            if suffix is None:
+                suffix = _new_suffix(suffixes, name, module_child_path)
+            push((mpath + suffix, child))
     return namespaces, paths
 
 
@@ -84,26 +86,48 @@ def owned_tensors(
     each is a parameter. Entries that are not tensors (``None`` for ``bias=False``) are
     skipped."""
     kinds, kind_of = classes.kinds, classes.kind_of
+    tensor, parameter = classes.tt.tensor, classes.tt.parameter
     owned: list[Any] = []
     owned_paths: list[str] = []
     is_param: list[bool] = []
+    add, add_path, add_role = owned.append, owned_paths.append, is_param.append
+    suffixes: dict[str, str] = {}  # ".weight": made once per name, as in module_tree
     for mpath, ns in zip(module_paths, namespaces):
-        tables = ((True, ns.get("_parameters")), (False, ns.get("_buffers")))
-        for param, table in tables:
-            if type(table) is dict or issubclass(type(table), dict):
+        for param, key in ((True, "_parameters"), (False, "_buffers")):
+            table = ns.get(key)
+            if type(table) is dict:  # a C-level copy: see plain_tensor_attributes
+                if not table:
+                    continue
+                items = list(_dict_items(table))
+            elif issubclass(type(table), dict):
                 items = table_items(table)  # a dict subclass: through dict's own methods
             else:
                 items = script_items(table, classes.tt)
-            for name, t in items:  # a C-level copy: see plain_tensor_attributes
-                if t is not None and (kinds.get(id(type(t))) or kind_of(type(t))) == "tensor":
-                    owned.append(t)
-                    is_param.append(param)
-                    owned_paths.append(
-                        f"{mpath}.{name}"  # attribute_path, inlined for the common case
-                        if type(name) is str and is_attribute_name(name)
-                        else attribute_path(mpath, name)
-                    )
+            for name, t in items:
+                if t is None:
+                    continue
+                cls = type(t)
+                if (
+                    cls is not parameter
+                    and cls is not tensor
+                    and (kinds.get(id(cls)) or kind_of(cls)) != "tensor"
+                ):
+                    continue
+                suffix = suffixes.get(name) if type(name) is str else None
+                if suffix is None:
+                    suffix = _new_suffix(suffixes, name, attribute_path)
+                add(t)
+                add_role(param)
+                add_path(mpath + suffix)
     return owned, owned_paths, is_param
+
+
+def _new_suffix(suffixes: dict[str, str], name: Any, path_of: Callable[[str, Any], str]) -> str:
+    """The path suffix of ``name`` (``path_of("", name)``), kept when ``name`` is a str."""
+    suffix = path_of("", name)
+    if type(name) is str:
+        suffixes[name] = suffix
+    return suffix
 
 
 def script_children(table: Any) -> Optional[dict[str, Any]]:

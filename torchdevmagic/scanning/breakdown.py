@@ -22,7 +22,8 @@ class Breakdown:
     dtypes: set[str] = field(default_factory=set)
     bookkeeping: set[str] = field(default_factory=set)  # integer buffers' dtypes
     total: int = 0
-    tensors: list[tuple[str, str]] = field(default_factory=list)  # (path, device)
+    paths: list[str] = field(default_factory=list)  # of every tensor counted
+    devices: list[str] = field(default_factory=list)  # their devices, in the same order
     grads: int = 0  # how many of ``tensors`` are .grad tensors
 
     def add(self, device: str, nbytes: int, dtype: str, path: str) -> None:
@@ -35,7 +36,17 @@ class Breakdown:
         add_by_device(self.bytes, devices, nbytes)
         self.dtypes.update(dtypes)
         self.total += sum(nbytes)
-        self.tensors.extend(zip(paths, devices))
+        self.paths += paths
+        self.devices += devices
+
+    @property
+    def tensors(self) -> list[tuple[str, str]]:
+        """``(path, device)`` of every tensor counted (built when asked: a split module)."""
+        return list(zip(self.paths, self.devices))
+
+    def __len__(self) -> int:
+        """How many tensors were counted."""
+        return len(self.paths)
 
     def add_buffer_dtypes(self, dtypes: Iterable[str]) -> None:
         """Buffers' dtypes: an integer one is bookkeeping, the others count as usual."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from itertools import compress, repeat
 from math import prod
-from operator import is_, not_
+from operator import is_, is_not, not_
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from torchdevmagic._format import plural
@@ -97,7 +97,9 @@ def _parts(
     param_ids = list(compress(ids, is_param))
     if len(set(param_ids)) < len(param_ids):
         shapes = list(dict(zip(param_ids, shapes)).values())
-    elements = sum(prod(s) for s in shapes if s is not None)
+    if not all(map(is_not, shapes, repeat(None))):
+        shapes = [s for s in shapes if s is not None]
+    elements = sum(map(prod, shapes))
     params = is_param.count(True)
     param_bytes = sum(compress(nbytes, is_param)) if params < len(is_param) else sum(nbytes)
     return ModuleParts(
@@ -120,7 +122,7 @@ def _module_row(
 ) -> None:
     shares = acc.shares()
     main = findings.target_device(shares)
-    split = findings.split_module(path, main, shares, acc.tensors)
+    split = findings.split_module(path, main, shares, acc.tensors if len(shares) > 1 else [])
     if split is not None:
         walker.findings.append(split)
     attribute_bytes = 0
@@ -136,7 +138,7 @@ def _module_row(
         nbytes=acc.total,
         dtype=acc.dtype(),
         breakdown=acc.shares(),
-        note=plural(len(acc.tensors) - acc.grads, "tensor"),
+        note=plural(len(acc) - acc.grads, "tensor"),
         parts=parts._replace(attributes=len(attrs), attribute_bytes=attribute_bytes),
     )
     walker.ledger.rows.append(row)

@@ -40,8 +40,8 @@ def optimizer_row(walker: Walker, path: str, opt: Any) -> None:
     if finding is not None:
         walker.findings.append(finding)
     device = acc.main_device()
-    note = plural(len(acc.tensors), "state tensor")
-    if not acc.tensors:
+    note = plural(len(acc), "state tensor")
+    if not len(acc):
         device = _param_device(walker, ns.get("param_groups"))
         note = "no state yet (before the first step)"
     walker.ledger.rows.append(

@@ -1,0 +1,193 @@
+"""The module walk against the least pure-Python code that reads the same model.
+
+    python benchmarks/bench_modules.py [--blocks 500] [--rounds 31] [--inner 3] [--base REV]
+
+A model of ``--blocks`` transformer-like blocks (``namespaces.Block``: two LayerNorms, four
+Linears; 7 modules and 12 tensors a block) is scanned as ``%devices`` scans it
+(``scan({"model": model}, gpus=False)``) and read by two minimal equivalents, in one
+process, interleaved: every round times the three in a random order, back to back, so all
+meet the same phase of the machine (see README.md: the VM alternates fast and slow phases).
+
+* ``bare``: ``modules()`` plus ``_parameters`` and ``_buffers``, each tensor's device and
+  storage bytes summed per device: the ~2 µs a module of issue 17.
+* ``table``: what a module row needs, in plain Python: ``named_modules()`` paths, each
+  parameter and buffer with its path, device, dtype and storage, each storage counted once,
+  bytes per device, the parameter count, grads.
+
+The figures: median µs per module of each, and the median over rounds of scan / bare and
+scan / table with their interquartile range. ``--base REV`` also scans with the package at
+git revision REV (its own process, from ``git archive``, as ``ab_scan.py`` does) in the same
+rounds, and prints scan / base-scan: the change's own A/B.
+
+The scan does more than either (paths a user
+types, ``model[0].ln1.weight``; no method of the model runs: ``named_modules()`` and
+``__getattr__`` are the user's code; plain tensor attributes; findings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+
+
+def _model(blocks: int) -> Any:
+    sys.path.insert(0, str(HERE))
+    from namespaces import Block
+    from torch import nn
+
+    return nn.Sequential(*[Block(8) for _ in range(blocks)])
+
+
+def worker(blocks: int, inner: int) -> None:
+    """The base revision's process: build the model, answer 'run' with seconds a scan."""
+    from torchdevmagic import scan
+
+    ns = {"model": _model(blocks)}
+    scan(ns, gpus=False)
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            scan(ns, gpus=False)
+        print(f"{(time.perf_counter() - t0) / inner:.9f}", flush=True)
+
+
+def base_process(rev: str, tmp: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
+    sys.path.insert(0, str(HERE))
+    from ab_scan import source_of
+
+    src = source_of(rev, tmp)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker"]
+    cmd += ["--blocks", str(args.blocks), "--inner", str(args.inner)]
+    env = dict(os.environ, PYTHONPATH=str(src))
+    return subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=src
+    )
+
+
+def ask(proc: subprocess.Popen[str]) -> float:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("run\n")
+    proc.stdin.flush()
+    return float(proc.stdout.readline())
+
+
+def bare(model: Any) -> dict[Any, int]:
+    out: dict[Any, int] = {}
+    for m in model.modules():
+        for table in (m._parameters, m._buffers):
+            for t in table.values():
+                if t is not None:
+                    d = t.device
+                    out[d] = out.get(d, 0) + t.untyped_storage().nbytes()
+    return out
+
+
+def table(model: Any) -> tuple[list[tuple[str, Any, Any]], dict[Any, int], int]:
+    rows: list[tuple[str, Any, Any]] = []
+    seen: set[int] = set()
+    by_device: dict[Any, int] = {}
+    params = 0
+    for mpath, m in model.named_modules(prefix="model"):
+        for is_param, tensors in ((True, m._parameters), (False, m._buffers)):
+            for name, t in tensors.items():
+                if t is None:
+                    continue
+                d, storage = t.device, t.untyped_storage()
+                rows.append((f"{mpath}.{name}", d, t.dtype))
+                if is_param:
+                    params += t.numel()
+                key = storage.data_ptr()
+                if key not in seen:
+                    seen.add(key)
+                    by_device[d] = by_device.get(d, 0) + storage.nbytes()
+                g = t.grad
+                if g is not None:
+                    by_device[g.device] = by_device.get(g.device, 0) + g.untyped_storage().nbytes()
+    return rows, by_device, params
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--blocks", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--inner", type=int, default=3, help="calls per timing")
+    parser.add_argument("--base", metavar="REV", help="also scan with the package at REV")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.blocks, args.inner)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        base = base_process(args.base, Path(tmp), args) if args.base else None
+        try:
+            run(args, base)
+        finally:
+            if base is not None:
+                assert base.stdin is not None
+                base.stdin.close()
+                base.wait()
+
+
+def run(args: argparse.Namespace, base: Any) -> None:
+    from torchdevmagic import scan
+
+    model = _model(args.blocks)
+    modules = sum(1 for _ in model.modules())
+    ns = {"model": model}
+
+    def timed(f: Callable[[], object]) -> Callable[[], float]:
+        def once() -> float:
+            t0 = time.perf_counter()
+            for _ in range(args.inner):
+                f()
+            return (time.perf_counter() - t0) / args.inner
+
+        return once
+
+    variants: dict[str, Callable[[], float]] = {
+        "scan": timed(lambda: scan(ns, gpus=False)),
+        "bare": timed(lambda: bare(model)),
+        "table": timed(lambda: table(model)),
+    }
+    if base is not None:
+        variants["base"] = lambda: ask(base)
+    for f in variants.values():
+        f()  # warm-up: imports, per-class caches
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    rng = random.Random(0)
+    for _ in range(args.rounds):
+        order = list(variants)
+        rng.shuffle(order)
+        for name in order:
+            times[name].append(variants[name]())
+    print(f"{args.blocks} blocks, {modules:,} modules, {args.rounds} interleaved rounds")
+    for name, ts in times.items():
+        us = statistics.median(ts) * 1e6 / modules
+        label = f"scan at {args.base}" if name == "base" else name
+        print(f"  {label:>12}: median {statistics.median(ts) * 1e3:7.2f} ms, {us:5.2f} µs a module")
+    for other in [k for k in ("bare", "table", "base") if k in times]:
+        ratios = [s / b for s, b in zip(times["scan"], times[other])]
+        q1, median, q3 = quartiles(ratios)
+        label = f"scan at {args.base}" if other == "base" else other
+        print(f"  scan / {label}: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
+
+
+if __name__ == "__main__":
+    main()
