@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from torchdevmagic.diff import DevicesDiff
 
 DEFAULT_CHANGES_SHOWN = 30
-HEADERS = ("Change", "Name", "Type", "Device", "Shape", "Before", "After", "Diff")
+HEADERS = ("Change", "Path", "Type", "Device", "Shape", "Before", "After", "Diff")
 NOTHING_TO_COMPARE = (
     "Nothing to compare with: this is the first %devices in this kernel "
     "(the next %devices --diff compares with this one)."
