@@ -112,13 +112,33 @@ def test_terminal_lines_end_without_spaces(width: int) -> None:
         assert trailing(lines) == [], name
 
 
+@pytest.mark.parametrize("width", [48, 80, 100, 120, 200])
+def test_terminal_tables_lose_no_character(width: int) -> None:
+    """rich narrowed columns to fit: "32.0 K…", "A100-SXM4…", and at 80 columns the Details
+    column was gone. Every word of every cell is now printed whole, at any width."""
+    from torchdevmagic.render.blocks import Table as TableBlock
+
+    for name in ("devices", "devices, no GPU"):
+        report = reports()[name]
+        lines = rich_lines(report, width)
+        printed = set(" ".join(lines).split())
+        assert "…" not in " ".join(lines), (name, lines)
+        for table in [b for b in words.report_blocks(report) if isinstance(b, TableBlock)]:
+            for cells in [table.headers, *table.rows]:
+                for cell in cells:
+                    missing = [w for w in cell.split() if w not in printed]
+                    assert missing == [], (name, width, cell, lines)
+
+
 def test_the_terminal_table_was_printed_and_wrapped() -> None:
     """The check above looks at real tables: headers, rows, the GPU rows, wrapped cells."""
-    lines = rich_lines(reports()["devices"], 80)
+    lines = rich_lines(reports()["devices"], 100)
     text = "\n".join(lines)
     assert any(line.startswith("Path ") for line in lines), text
-    assert "A100-SXM4" in text and "H100" in text, text
-    assert len(lines) > 15, text  # the Details and GPU cells wrap at 80 columns
+    assert "NVIDIA A100-SXM4-40GB" in text and "H100" in text, text
+    assert max(map(len, lines)) <= 100, text  # laid out by rich: the Details cells wrap
+    narrow = rich_lines(reports()["devices"], 60)  # too narrow: rows printed whole
+    assert max(map(len, narrow)) > 60 and "NVIDIA A100-SXM4-40GB" in "\n".join(narrow)
 
 
 def test_plain_text_lines_end_without_spaces(shell: Any) -> None:

@@ -53,7 +53,8 @@ class Trimmed:
     rich pads every table cell to its column's width and keeps the space a line was wrapped
     at, so each row of a terminal table ends in spaces: copied into an editor or a diff they
     are noise. The lines are rendered at the console's width, then the trailing blanks of
-    each line are cut (styles of the text kept).
+    each line are cut (styles of the text kept). A line wider than the console (a table row
+    printed whole, see render/blocks.FitTable) is kept whole, not cropped.
     """
 
     def __init__(self, renderable: Any) -> None:
@@ -62,8 +63,7 @@ class Trimmed:
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from rich.segment import Segment
 
-        lines = console.render_lines(self.renderable, options, pad=False)
-        for line in lines:
+        for line in Segment.split_lines(console.render(self.renderable, options)):
             yield from trim_line(line)
             yield Segment.line()
 

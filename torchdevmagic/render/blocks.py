@@ -80,24 +80,61 @@ def to_html(blocks: Sequence[Block]) -> str:
 
 def to_rich(blocks: Sequence[Block]) -> Any:
     from rich.console import Group
-    from rich.table import Table as RichTable
     from rich.text import Text
 
     items: list[Any] = []
     for b in blocks:
         if isinstance(b, Table):
-            table = RichTable(box=None, header_style="bold", pad_edge=False)
-            for i, h in enumerate(b.headers):
-                table.add_column(
-                    Text(h),
-                    justify="right" if i in b.right_align else "left",
-                    no_wrap=i not in b.wrap,
-                )
-            for row in b.rows:
-                table.add_row(*(Text(cell) for cell in row))
-            items.append(table)
-        elif (
-            isinstance(b, Line) and b.text
-        ):  # as in HTML: the terminal output keeps no blank separator lines
+            items.append(FitTable(b))
+        elif isinstance(b, Line) and b.text:  # as in HTML: no blank separator lines
             items.append(Text(b.text, style=STYLES[b.style][1]))
     return Trimmed(Group(*items))
+
+
+class FitTable:
+    """A table for the terminal that never loses a character.
+
+    rich fits a table to the terminal by narrowing columns: a long word in a wrapped column
+    ended in "…", and when even the wrapped columns could not make room it narrowed every
+    column, to nothing (at 80 columns Details vanished, at 48 Device and Dtype did). Here
+    rich lays the table out only when it fits with each unwrapped column whole and each
+    wrapped one as wide as its longest word; then cells wrap, or fold, never truncate.
+    Otherwise the plain-text table is printed, each row whole on its line, for the
+    terminal to wrap (as IPython's plain text output is).
+    """
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def needed_width(self) -> int:
+        t = self.table
+        width = 2 * (len(t.headers) - 1)  # one space each side between columns
+        for i, header in enumerate(t.headers):
+            cells = [header, *(row[i] for row in t.rows)]
+            if i in t.wrap:
+                width += max(len(word) for cell in cells for word in [*cell.split(), ""])
+            else:
+                width += max(len(cell) for cell in cells)
+        return width
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.table import Table as RichTable
+        from rich.text import Text
+
+        t = self.table
+        if self.needed_width() > options.max_width:
+            text = text_table(t.headers, t.rows, right_align=t.right_align)
+            for line in text.splitlines():
+                yield Text(line, no_wrap=True, overflow="ignore")
+            return
+        table = RichTable(box=None, header_style="bold", pad_edge=False)
+        for i, h in enumerate(t.headers):
+            table.add_column(
+                Text(h),
+                justify="right" if i in t.right_align else "left",
+                no_wrap=i not in t.wrap,
+                overflow="fold",
+            )
+        for row in t.rows:
+            table.add_row(*(Text(cell) for cell in row))
+        yield table
