@@ -110,5 +110,7 @@ def test_locations_read_as_ipython_prints_them(shell: Any) -> None:
     assert d.location == f"Cell In[{number}], line 9 in Net.forward"
     assert d.fix == "h = torch.zeros(3, 2, device=x.device)"
     assert d.fix_scope == f"Net.forward (Cell In[{number}], line 8)"
-    assert d.fix_text() == f"Fix:  in Net.forward (Cell In[{number}], line 8): {d.fix}"
+    assert d.fix_text() == (
+        f"Fix:  {d.fix}\n      in Net.forward (Cell In[{number}], line 8): replaces that line"
+    )
     assert "ipython-input" not in d.to_text() and ".py:" not in d.location

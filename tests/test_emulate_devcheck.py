@@ -147,15 +147,34 @@ def test_model_parallel_cuda0_cuda1_names_the_activation(emu: Any) -> None:
     assert "h" in [c.expression for c in d.culprits]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the fix goes into TwoGPU.forward, in the earlier cell that defined it (fix_file, "
-    "fix_scope); this test re-runs only the failing cell, so it cannot apply it yet",
-)
-def test_model_parallel_cuda0_cuda1_fix_runs(emu: Any) -> None:
-    fails_then_fixed(
-        emu, MODEL_PARALLEL, "y = net(x)", got("mat1", "cuda:0", "cuda:1", "wrapper_CUDA_addmm")
-    )
+def test_model_parallel_cuda0_cuda1_fix_runs_in_the_cell_that_defines_forward(emu: Any) -> None:
+    # The fix goes into TwoGPU.forward, defined in the earlier cell: the diagnosis names that
+    # cell and line, the user changes it there and re-runs both cells. The activation moves
+    # to the device of the layer it meets (next(self.parameters()) would name cuda:0's).
+    setup = emu.execution_count
+    assert emu.run_cell(MODEL_PARALLEL, store_history=True).error_in_exec is None
+    cell = "%%devcheck\ny = net(x)"
+    err = emu.run_cell(cell, store_history=True).error_in_exec
+    assert str(err) == got("mat1", "cuda:0", "cuda:1", "wrapper_CUDA_addmm")
+    d = emu.run_line_magic("devcheck", "-o")
+    assert d.fix == "return self.b(h.to(next(self.b.parameters()).device))"
+    assert d.fix_scope == f"TwoGPU.forward (Cell In[{setup}], line 9)"
+    assert d.fix_lineno == 9 and d.fix_text().splitlines() == [
+        f"Fix:  {d.fix}",
+        f"      in TwoGPU.forward (Cell In[{setup}], line 9): replaces that line",
+    ]
+    # %devcheck fix does not pretend the fix into the failing cell: it says where it goes.
+    emu.rl_next_input = None
+    emu.run_line_magic("devcheck", "fix")
+    assert emu.rl_next_input is None
+    lines = MODEL_PARALLEL.split("\n")
+    assert lines[8] == "        return self.b(h)"
+    lines[8] = "        " + d.fix
+    assert emu.run_cell("\n".join(lines)).error_in_exec is None
+    again = emu.run_cell(cell)
+    assert again.error_in_exec is None, again.error_in_exec
+    y = emu.user_ns["y"]
+    assert y.device == torch.device("cuda:1") and y.shape == (3, 2)
 
 
 def test_numpy_on_a_gpu_tensor(emu: Any) -> None:
@@ -255,3 +274,34 @@ def test_optimizer_state_loaded_on_the_cpu_then_model_moved(emu: Any) -> None:
     )
     state = emu.user_ns["opt"].state
     assert all(s["momentum_buffer"].device.type == "cuda" for s in state.values())
+
+
+@pytest.mark.emulate_swap
+def test_devices_optimizer_state_fix_keeps_the_state(emu: Any) -> None:
+    # microsoft/Cream#2 again, seen by %devices before opt.step() fails: its fix keeps the
+    # momentum (a re-created optimizer would lose it) and uses the user's own name.
+    setup = (
+        "import torch, torch.nn as nn\n"
+        "model = nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+        "model(torch.randn(3, 4)).sum().backward()\n"
+        "opt.step()\n"
+        "model.to('cuda')\n"
+        "model(torch.randn(3, 4, device='cuda')).sum().backward()"
+    )
+    assert emu.run_cell(setup).error_in_exec is None
+    before = [s["momentum_buffer"].clone() for s in emu.user_ns["opt"].state.values()]
+    report = emu.run_line_magic("devices", "-o")
+    (finding,) = [f for f in report.findings if f.code == "optimizer_state_device"]
+    assert finding.fix == "opt.load_state_dict(opt.state_dict())"
+    lines = str(report).splitlines()
+    i = lines.index(f"    fix: {finding.fix}")
+    assert lines[i + 1].strip().startswith("load_state_dict moves each state tensor")
+    assert emu.run_cell(finding.fix).error_in_exec is None
+    state = emu.user_ns["opt"].state
+    after = [s["momentum_buffer"] for s in state.values()]
+    assert all(t.device.type == "cuda" for t in after)
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(after, before))  # the state is kept
+    assert emu.run_cell("opt.step()").error_in_exec is None
+    again = emu.run_line_magic("devices", "-o")
+    assert not [f for f in again.findings if f.code == "optimizer_state_device"]

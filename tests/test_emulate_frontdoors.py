@@ -121,14 +121,19 @@ def test_pytest_plugin_finds_the_device_bug(tmp_path: Path) -> None:
     )
     assert "1 failed, 1 passed" in out
     assert "torchdevmagic diagnosis" in out
-    # Apply the printed fix as a user would: it names the line it replaces.
-    fix = re.search(r"^Fix:  in predict \(.*line (\d+)\): (.+)$", out, re.MULTILINE)
+    # The frames are named by file and line, as a traceback does (never "Cell In[?]").
+    assert "Cell In[" not in out
+    assert "Device mismatch at model.py:30 in predict:" in out
+    # Apply the printed fix as a user would: the code alone on its line, where it goes below.
+    fix = re.search(
+        r"^Fix:  (.+)\n      in predict \(model\.py:(\d+)\): replaces that line$", out, re.MULTILINE
+    )
     assert fix is not None, out
-    assert fix.group(2).startswith("keep = torch.ones(features.shape[1], device=")
+    assert fix.group(1).startswith("keep = torch.ones(features.shape[1], device=")
     model = project / "model.py"
     lines = model.read_text().splitlines(keepends=True)
-    assert lines[int(fix.group(1)) - 1] == BUG
-    lines[int(fix.group(1)) - 1] = "    " + fix.group(2) + "\n"
+    assert lines[int(fix.group(2)) - 1] == BUG
+    lines[int(fix.group(2)) - 1] = "    " + fix.group(1) + "\n"
     model.write_text("".join(lines))
     fixed = _pytest(project, "--emulate-cuda=2")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr

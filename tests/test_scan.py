@@ -116,7 +116,7 @@ def test_split_module_is_a_finding_naming_the_odd_parameters() -> None:
     assert "model[1].weight" in finding.message and "model[1].bias" in finding.message
     assert finding.message.startswith("model is split across cpu/meta: model[1].weight")
     assert finding.message.endswith("on meta, the rest on cpu")
-    assert finding.fix is not None and finding.fix.startswith("model.to_empty(device='cpu')")
+    assert finding.fix == "model[1].to_empty(device='cpu', recurse=False)"
 
 
 @pytest.mark.fake_cuda

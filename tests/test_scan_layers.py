@@ -49,9 +49,8 @@ def test_findings_are_data_and_render_owns_the_words() -> None:
     assert {s.device for s in finding.shares} == {"cpu", "meta"}
     assert "model[1].weight" in finding.message  # written by render/findings.py
     plain = scan({"model": model}, gpus=False).to_dict()["findings"][0]
-    assert plain["code"] == "split_module" and plain["fix"].startswith(
-        "model.to_empty(device='cpu')"
-    )
+    assert plain["code"] == "split_module"
+    assert plain["fix"] == "model[1].to_empty(device='cpu', recurse=False)"
 
 
 # --- issue 14: the register_buffer fix must run where it is printed ---------------------------

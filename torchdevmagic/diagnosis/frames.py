@@ -99,11 +99,26 @@ def cell_number(filename: str, namespace: Optional[Mapping[str, Any]] = None) ->
 
 def is_cell_file(filename: str, globals_: Any, namespace: Optional[Mapping[str, Any]]) -> bool:
     """Code of a notebook cell: run in the namespace, or compiled under a cell's name (IPython
-    7's ``<ipython-input-n-...>``, or a name in the running shell's compiler map)."""
-    if (namespace is not None and globals_ is namespace) or _IPYTHON_INPUT.fullmatch(filename):
+    7's ``<ipython-input-n-...>``, or a name in the running shell's compiler map). A module's
+    own code is not a cell though its globals be the namespace (the pytest plugin and the
+    script command write fixes for a module's globals; ``%run`` sets ``__file__``)."""
+    if _IPYTHON_INPUT.fullmatch(filename):
         return True
+    if namespace is not None and globals_ is namespace:
+        return not _module_file(filename, namespace)
     mapping = getattr(getattr(_shell(), "compile", None), "_filename_map", None)
     return type(mapping) is dict and filename in mapping
+
+
+def _module_file(filename: str, namespace: Any) -> bool:
+    """Whether ``filename`` is the file of the module whose globals are ``namespace``."""
+    try:
+        own = dict.get(namespace, "__file__") if type(namespace) is dict else None
+    except Exception:
+        return False
+    if type(own) is not str or filename.startswith("<"):
+        return False
+    return os.path.realpath(own) == os.path.realpath(filename)
 
 
 def place(filename: str, lineno: int, cell: bool, namespace: Any = None) -> str:
@@ -178,6 +193,7 @@ def _index(tree: ast.Module) -> tuple[list[ast.stmt], list[_Def]]:
 _COMPOUND = (
     ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.If, ast.With,
 )  # fmt: skip
+COMPOUND = _COMPOUND
 
 
 def statement_at(tree: Optional[ast.Module], lines: list[str], lineno: int) -> Optional[ast.stmt]:

@@ -72,15 +72,23 @@ class Diagnosis(Displayable):
         return rows
 
     def fix_text(self) -> Optional[str]:
+        """``Fix:  <code>`` with the code alone on its line (a terminal may soft-wrap it, never
+        split it), and where it goes on the next line."""
         if self.fix is None:
             return None
+        hint = self.fix_hint()
+        return f"Fix:  {self.fix}" + (f"\n      {hint}" if hint else "")
+
+    def fix_hint(self) -> str:
+        """Where the fix goes: a function (maybe in an earlier cell or a file), or a line."""
+        if self.fix is None:
+            return ""
+        verb = "insert before" if self.fix_insert else "replaces"
         if self.fix_scope:
-            return f"Fix:  in {self.fix_scope}: {self.fix}"
-        if self.fix_lineno is not None and self.fix_insert:
-            return f"Fix:  {self.fix}    (insert before line {self.fix_lineno})"
+            return f"in {self.fix_scope}: {verb} that line"
         if self.fix_lineno is not None:
-            return f"Fix:  {self.fix}    (replaces line {self.fix_lineno})"
-        return f"Fix:  {self.fix}"
+            return f"({verb} line {self.fix_lineno})"
+        return ""
 
     def to_text(self) -> str:
         lines = [self.header(), f"  {self.summary}"]
@@ -102,7 +110,7 @@ class Diagnosis(Displayable):
         parts.append(html_lines([(n, None) for n in self.notes]))
         fix = self.fix_text()
         if fix:
-            parts.append(html_lines([(fix, OK_COLOR)]))
+            parts.append(html_lines([(line, OK_COLOR) for line in fix.split("\n")]))
         return html_block(*parts)
 
 

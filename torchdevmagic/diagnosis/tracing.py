@@ -96,7 +96,19 @@ class Tracer:
             hits = fm.assignments_before(fr.func, before, w.local)
             if hits:
                 return f"{w.local}.device"
-        if fr.self_id is not None and "self" in params:
+        # ``self.b(h)`` in a model split across devices: the device of the part called, as
+        # ``next(self.parameters())`` would name the first part's.
+        for w in fr.values:
+            if (
+                w.kind == "module"
+                and w.object_id != fr.self_id
+                and len(w.devices) == 1
+                and fx.on_device(w.devices, self.target)
+                and w.local.startswith("self.")
+            ):
+                return f"next({w.local}.parameters()).device"
+        whole = not any(w.object_id == fr.self_id and w.split for w in fr.values)
+        if fr.self_id is not None and "self" in params and whole:
             return "next(self.parameters()).device"
         if fr.in_cell_file:
             return self.cell_dev  # a plain function of the notebook sees its globals

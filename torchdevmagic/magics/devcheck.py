@@ -42,6 +42,13 @@ def _tbr() -> Any:
     return traceback
 
 
+def _fixing() -> Any:
+    """``%devcheck fix``'s front-end part, imported on first use."""
+    from torchdevmagic.magics import _fixcell
+
+    return _fixcell
+
+
 def _add_note(exc: BaseException, text: str) -> None:
     """The explanation as an exception note, where notes exist; never twice."""
     if sys.version_info < (3, 11):
@@ -62,6 +69,7 @@ class DevcheckMagics(Magics):
         self._diagnose = diagnose
         self.auto = False
         self.last: Any = None  # the last Diagnosis (plain data, no frames)
+        self.last_cell: Any = None  # the CellSource it was made for (text only)
         self._installed: Any = None  # the CustomTB we put on the shell
         self._previous: Optional[tuple[tuple[type, ...], Any]] = None
         self._lent: list[BaseException] = []  # exceptions holding our rendering this cell
@@ -100,7 +108,8 @@ class DevcheckMagics(Magics):
             # none back.
             BaseException.with_traceback(exc, _tbr().without_own_frames(exc.__traceback__))
             if isinstance(exc, Exception):
-                self._explain_for_display(exc, collapse=not full)
+                source = _fixing().magic_cell(self._shell, line, cell, compiled)
+                self._explain_for_display(exc, collapse=not full, source=source)
             del exc
             raise
         return None if quiet(compiled.source) else value
@@ -110,8 +119,9 @@ class DevcheckMagics(Magics):
         "action",
         nargs="?",
         default="status",
-        choices=["on", "off", "status", "tb"],
-        help="on/off: explain errors in every cell; tb: full traceback of the last error",
+        choices=["on", "off", "status", "tb", "fix"],
+        help="on/off: explain errors in every cell; tb: full traceback of the last error; "
+        "fix: the failing cell with its fix, as the next input",
     )
     @argument("-o", "--output", action="store_true", help="return the last Diagnosis")
     # IPython types line_magic("name") as returning `_F | Callable[[_F], _F]`; the str form
@@ -120,12 +130,14 @@ class DevcheckMagics(Magics):
     def devcheck_line(self, line: str) -> Any:
         """Explain device errors in every cell, or show the last error in full.
 
-        Usage: %devcheck [on|off|status|tb] [-o]
+        Usage: %devcheck [on|off|status|tb|fix] [-o]
 
           on       explain every failing cell (chains with an installed custom handler)
           off      stop doing so
           status   say whether it is on, and show the last explanation (default)
           tb       print the full original traceback of the last error
+          fix      put the last failing cell, with its fix applied, in the next input (in
+                   Colab: print it to copy); where the fix goes elsewhere, say where
           -o       return the last Diagnosis object
 
         Example:
@@ -138,6 +150,8 @@ class DevcheckMagics(Magics):
             self.turn_off()
         elif args.action == "tb":
             self.show_full_traceback()
+        elif args.action == "fix":
+            _fixing().offer(self._shell, self.last, self.last_cell)
         else:
             print(self.status())
             if self.last is not None and not args.output:
@@ -167,10 +181,13 @@ class DevcheckMagics(Magics):
 
     # ------------------------------------------------------------------ explanation
 
-    def explain(self, exc: BaseException, collapse: bool = True) -> Optional[list[str]]:
+    def explain(
+        self, exc: BaseException, collapse: bool = True, source: Any = None
+    ) -> Optional[list[str]]:
         """Diagnose ``exc``; return the traceback to show with the explanation under it, or
         ``None`` for IPython's own. Never raises, whatever fails (Ctrl-C included): the
-        user's exception always comes out as it went in, with at most a note added."""
+        user's exception always comes out as it went in, with at most a note added.
+        ``source`` is the failing cell (a CellSource), found in the traceback when absent."""
         shell = self._shell
         try:
             try:
@@ -178,6 +195,7 @@ class DevcheckMagics(Magics):
                     exc, shell.user_ns, last_traceback=getattr(sys, "last_traceback", None)
                 )
                 self.last = diagnosis
+                self.last_cell = source or _fixing().failing_cell(shell, exc.__traceback__)
                 if diagnosis is None:
                     return None
                 text = diagnosis.to_text()
@@ -209,11 +227,11 @@ class DevcheckMagics(Magics):
             print(line, file=sys.stderr)
             return None
 
-    def _explain_for_display(self, exc: BaseException, collapse: bool) -> None:
+    def _explain_for_display(self, exc: BaseException, collapse: bool, source: Any) -> None:
         """%%devcheck: lend ``exc`` the explained rendering until the cell ends."""
         if any(e is exc for e in self._lent):
             return  # already explained (e.g. %%devcheck inside %%devcheck)
-        stb = self.explain(exc, collapse=collapse)
+        stb = self.explain(exc, collapse=collapse, source=source)
         if stb is not None and _shown.lend(exc, stb):
             self._lent.append(exc)
             self._watch_cells()

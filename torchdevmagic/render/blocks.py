@@ -29,6 +29,7 @@ STYLES: dict[str, tuple[Union[str, None], str]] = {
     "warning": (ERROR_COLOR, "bold red"),
     "note": (WARN_COLOR, "yellow"),
     "dim": (None, "dim"),
+    "fix": (None, ""),  # a line of code to copy: never wrapped or cropped in a terminal
 }
 
 
@@ -87,7 +88,10 @@ def to_rich(blocks: Sequence[Block]) -> Any:
         if isinstance(b, Table):
             items.append(FitTable(b))
         elif isinstance(b, Line) and b.text:  # as in HTML: no blank separator lines
-            items.append(Text(b.text, style=STYLES[b.style][1]))
+            if b.style == "fix":  # shown whole (Trimmed and print(crop=False) keep it so)
+                items.append(Text(b.text, no_wrap=True, overflow="ignore"))
+            else:
+                items.append(Text(b.text, style=STYLES[b.style][1]))
     return Trimmed(Group(*items))
 
 

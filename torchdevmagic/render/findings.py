@@ -21,12 +21,26 @@ def finding_fix(f: Finding) -> Optional[str]:
     return write(f) if write else None
 
 
+def finding_hint(f: Finding) -> Optional[str]:
+    """What to know about the fix, shown on the line after it (the fix line holds only code)."""
+    write = _HINTS.get(f.code)
+    return write(f) if write else None
+
+
 def finding_lines(f: Finding) -> list[str]:
+    """The sentence, then ``fix:`` with the code alone on its line (a terminal never splits
+    it; rich is told not to wrap it), then the hint on a line of its own."""
     lines = [("!" if f.severity == "warning" else "·") + " " + finding_message(f)]
     fix = finding_fix(f)
     if fix:
-        lines.append(f"    fix: {fix}")
+        lines.append(f"{FIX_PREFIX}{fix}")
+        hint = finding_hint(f)
+        if hint:
+            lines.append(f"         {hint}")
     return lines
+
+
+FIX_PREFIX = "    fix: "
 
 
 def name_some(items: list[str], limit: int = 3) -> str:
@@ -52,14 +66,40 @@ def _split_message(f: Finding) -> str:
     return f"{f.path} is split across {split_devices(f.shares)}: {where}, the rest on {f.target}"
 
 
+def _meta_split(f: Finding) -> bool:
+    return "meta" in {s.device for s in f.shares} and f.target != "meta"
+
+
+def odd_owners(f: Finding) -> list[str]:
+    """The modules that hold the odd tensors directly (``split[1]`` for ``split[1].weight``),
+    in order: the part to act on, never the rest of the model."""
+    owners: list[str] = []
+    for m in f.members:
+        owner, _ = _owner_and_name(m.path)
+        owner = owner or f.path
+        if owner not in owners:
+            owners.append(owner)
+    return owners or [f.path]
+
+
 def _split_fix(f: Finding) -> str:
-    if "meta" in {s.device for s in f.shares} and f.target != "meta":
-        # Meta tensors hold no data: .to() raises "Cannot copy out of meta tensor".
-        return (
-            f"{f.path}.to_empty(device={quote_device(f.target)}), then load or re-initialise "
-            "the weights (meta tensors have no data)"
-        )
+    if _meta_split(f):
+        # Meta tensors hold no data: .to() raises "Cannot copy out of meta tensor". to_empty
+        # only on the modules holding them (recurse=False: their own tensors, not their
+        # children's), so the trained part keeps its values.
+        dev = quote_device(f.target)
+        return "; ".join(f"{o}.to_empty(device={dev}, recurse=False)" for o in odd_owners(f))
+    # .to() leaves tensors already on the target as they are: it moves only the odd part.
     return f"{f.path}.to({quote_device(f.target)})"
+
+
+def _split_hint(f: Finding) -> Optional[str]:
+    if _meta_split(f):
+        return (
+            f"then load or re-initialise {name_some(odd_owners(f))}: to_empty gives memory, "
+            "not values (meta tensors have no data)"
+        )
+    return None
 
 
 def _owner_and_name(path: str) -> tuple[str, str]:
@@ -107,9 +147,13 @@ def _optimizer_message(f: Finding) -> str:
 
 
 def _optimizer_fix(f: Finding) -> str:
-    return (
-        f"re-create {f.path} after model.to(device), or load its state_dict after moving the model"
-    )
+    # Optimizer.load_state_dict casts each state tensor to its parameter's device (floating
+    # point state keeps its values): the state survives, as a re-created optimizer's would not.
+    return f"{f.path}.load_state_dict({f.path}.state_dict())"
+
+
+def _optimizer_hint(f: Finding) -> str:
+    return "load_state_dict moves each state tensor to its parameter's device, keeping the state"
 
 
 def _grad_message(f: Finding) -> str:
@@ -131,4 +175,8 @@ _FIXES: dict[str, Callable[[Finding], Optional[str]]] = {
     "plain_tensor_attribute": _plain_fix,
     "optimizer_state_device": _optimizer_fix,
     "grad_tensor_on_cpu": _grad_fix,
+}
+_HINTS: dict[str, Callable[[Finding], Optional[str]]] = {
+    "split_module": _split_hint,
+    "optimizer_state_device": _optimizer_hint,
 }

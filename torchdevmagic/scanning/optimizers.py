@@ -10,7 +10,7 @@ from torchdevmagic.records import Member, Row
 from torchdevmagic.safe import batch
 from torchdevmagic.safe.objects import class_name
 from torchdevmagic.safe.paths import key_text
-from torchdevmagic.safe.tensors import device_text
+from torchdevmagic.safe.tensors import device_text, tensor_facts
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.breakdown import Breakdown
 
@@ -70,7 +70,9 @@ def _state_tensors(
         if not issubclass(type(per_param), dict):
             continue
         prefix = f"{path}.state[{param_path.get(id(param)) or f'<param {i}>'}]"
-        pdevice = device_text(tt.get.device(param)) if kind_of(type(param)) == "tensor" else None
+        # The facts reader knows an emulated tensor's visible device (cuda:0, not its meta).
+        facts = tensor_facts(param, tt) if kind_of(type(param)) == "tensor" else None
+        pdevice = facts.device if facts is not None else None
         for key, value in list(_dict_items(per_param)):
             if kind_of(type(value)) == "tensor":
                 tensors.append(value)
