@@ -231,3 +231,163 @@ def test_fix_lines_are_whole_at_a_narrow_terminal(tmp_path: Path) -> None:
     assert lines[i + 1].startswith("         then load"), out  # prose may wrap
     fix = "Fix:  batch_of_images_from_the_loader = batch_of_images_from_the_loader.to(DEVICE)"
     assert fix in lines, out
+
+
+# ---------------------------------------------------------------- fixes no test executed before
+
+
+def test_numpy_of_a_tensor_that_requires_grad(shell: Any, capsys: Any) -> None:
+    # tkalayci71/embedding-inspector#22: plt.plot(x.numpy(), emb_vec[u].numpy()) on an
+    # embedding's weight. Before: the fix named line 2 of no file, %devcheck fix had no cell.
+    runs(shell, "import torch, torch.nn as nn\nemb_vec = nn.Embedding(3, 4).weight\nu = 1")
+    cell = "%%devcheck\nx = torch.arange(4.0)\npts = (x.numpy(), emb_vec[u].numpy())"
+    err = shell.run_cell(cell, store_history=True).error_in_exec
+    assert type(err) is RuntimeError and "requires grad" in str(err)
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d.fix == "pts = (x.detach().numpy(), emb_vec[u].detach().numpy())"
+    assert d.fix_lineno == 3 and d.fix_file
+    corrected, _ = fix_cell(shell, capsys)
+    assert corrected == f"%%devcheck\nx = torch.arange(4.0)\n{d.fix}"
+    runs(shell, corrected)
+
+
+def test_numpy_of_a_tensor_that_requires_grad_in_a_function(shell: Any, capsys: Any) -> None:
+    # XiaMooo/Yolo-Detect-Layer-Visualization#1: `array = array.cpu().numpy()` inside the
+    # user's plotting function; the fix names that function and its line.
+    runs(
+        shell,
+        "import torch\n"
+        "def plot_multi_heatmap(*arrays):\n"
+        "    out = []\n"
+        "    for i, array in enumerate(arrays):\n"
+        "        array = array.cpu().numpy()\n"
+        "        out.append(array)\n"
+        "    return out\n"
+        "w = torch.randn(2, 2, requires_grad=True)",
+    )
+    number = shell.execution_count - 1
+    err = shell.run_cell("%%devcheck\nplot_multi_heatmap(w * 2)", store_history=True)
+    assert type(err.error_in_exec) is RuntimeError
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d.fix == "array = array.cpu().detach().numpy()"
+    assert d.fix_scope.startswith("plot_multi_heatmap (Cell In[") and d.fix_lineno == 5
+    corrected, out = fix_cell(shell, capsys)
+    assert corrected is None and "plot_multi_heatmap" in out and d.fix in out
+    fixed = shell.user_ns["In"][number].split("\n") if number > 0 else []
+    assert fixed and fixed[4] == "        array = array.cpu().numpy()"
+    fixed[4] = "        " + d.fix
+    runs(shell, "\n".join(fixed))
+    runs(shell, "%%devcheck\nplot_multi_heatmap(w * 2)")
+
+
+def test_device_side_assert_fix_is_run_and_takes_effect(shell: Any, monkeypatch: Any) -> None:
+    # PyTorch 2.0-2.3's verbatim text (shared/pytorch-errors). The fix is a debugging setting,
+    # not a repair: executed here, it must run and set what it says; the failing kernel is
+    # out of reach on a CPU (the cell cannot pass), so the test stops at the setting.
+    # setenv, not delenv: the fix sets os.environ itself, and only a recorded setenv is undone
+    # at teardown (a leaked CUDA_LAUNCH_BLOCKING=1 changes %%cuda_time's verdicts later).
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
+    message = (
+        "CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously "
+        "reported at some other API call, so the stacktrace below might be incorrect.\nFor "
+        "debugging consider passing CUDA_LAUNCH_BLOCKING=1.\nCompile with `TORCH_USE_CUDA_DSA` "
+        "to enable device-side assertions.\n"
+    )
+    runs(shell, f"import torch\ndef loss_step():\n    raise RuntimeError({message!r})")
+    shell.run_cell("%%devcheck\nloss_step()", store_history=True)
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d.kind == "device_side_assert"
+    assert d.fix == 'import os; os.environ["CUDA_LAUNCH_BLOCKING"] = "1"'
+    runs(shell, d.fix)
+    assert os.environ["CUDA_LAUNCH_BLOCKING"] == "1"
+
+
+@pytest.mark.no_cuda
+@pytest.mark.parametrize(
+    ("line", "fixed"),
+    [
+        # The "cuda" literal of a .to() and of a device= keyword, rewritten to fall back.
+        (
+            't = torch.randn(3).to("cuda")',
+            "t = torch.randn(3).to('cuda' if torch.cuda.is_available() else 'cpu')",
+        ),
+        (
+            'z = torch.zeros(2, device="cuda")',
+            "z = torch.zeros(2, device='cuda' if torch.cuda.is_available() else 'cpu')",
+        ),
+    ],
+)
+def test_cuda_literals_on_a_machine_without_cuda(
+    shell: Any, capsys: Any, line: str, fixed: str
+) -> None:
+    runs(shell, "import torch")
+    err = shell.run_cell(f"%%devcheck\n{line}", store_history=True).error_in_exec
+    assert isinstance(err, (AssertionError, RuntimeError)), err
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d.kind == "no_cuda" and d.fix == fixed
+    corrected, _ = fix_cell(shell, capsys)
+    assert corrected == f"%%devcheck\n{fixed}"
+    runs(shell, corrected)
+
+
+def test_plain_dict_of_tensors_held_by_a_module(shell: Any) -> None:
+    # Lightning-AI/pytorch-lightning#2984 kept its criterions in a plain list; a plain dict of
+    # tensors is skipped by Module.to() the same way. The fix rebuilds the dict on the device.
+    setup = (
+        SETUP + "\n"
+        "class Scaler(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 2)\n"
+        "        self.tables = {'w': torch.ones(2)}\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x) * self.tables['w']\n"
+        "net = Scaler().to(DEVICE)\n"
+        "x = torch.randn(3, 4, device=DEVICE)"
+    )
+    runs(shell, setup)
+    err = shell.run_cell("%%devcheck\ny = net(x)").error_in_exec
+    assert str(err) == "Tensor on device cpu is not on the expected device meta!"
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d.fix == "net.tables = {k: t.to(DEVICE) for k, t in net.tables.items()}"
+    assert d.fix_lineno is None
+    runs(shell, d.fix)
+    runs(shell, "%%devcheck\ny = net(x)")
+
+
+# ---------------------------------------------------------------- a real Jupyter kernel
+
+
+@pytest.mark.kernel
+@pytest.mark.slow
+def test_in_a_jupyter_kernel_the_corrected_cell_is_a_set_next_input_payload(
+    tmp_path: Path,
+) -> None:
+    """What Jupyter front ends read: the execute_reply's ``set_next_input`` payload (a new
+    cell below, ``replace`` False) with exactly the corrected cell."""
+    pytest.importorskip("ipykernel")
+    from _kernel import kernel_manager
+
+    km = kernel_manager(tmp_path / "kernels")
+    km.start_kernel()
+    try:
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)
+        setup = "%load_ext torchdevmagic\n" + SETUP + "\nx = torch.randn(3, 4)"
+        for code in (setup, "%%devcheck\ny = model(x)"):
+            kc.execute_interactive(code, timeout=120, store_history=True)
+        reply = kc.execute_interactive("%devcheck fix", timeout=120, store_history=True)
+        payload = reply["content"]["payload"]
+        assert payload == [
+            {
+                "source": "set_next_input",
+                "text": "%%devcheck\nx = x.to(DEVICE)\ny = model(x)",
+                "replace": False,
+            }
+        ]
+        ran = kc.execute_interactive(payload[0]["text"], timeout=120, store_history=True)
+        assert ran["content"]["status"] == "ok"
+        kc.stop_channels()
+    finally:
+        km.shutdown_kernel(now=True)

@@ -305,3 +305,99 @@ def test_devices_optimizer_state_fix_keeps_the_state(emu: Any) -> None:
     assert emu.run_cell("opt.step()").error_in_exec is None
     again = emu.run_line_magic("devices", "-o")
     assert not [f for f in again.findings if f.code == "optimizer_state_device"]
+
+
+def test_devices_split_across_gpu_and_cpu_fix_moves_the_cpu_part(emu: Any) -> None:
+    # The shape of pytorch/pytorch#61654's ask: find on a laptop what fails on the GPU. The
+    # head was left on the CPU; the fix moves it (tensors already on cuda:0 stay as they are).
+    setup = (
+        "import torch, torch.nn as nn\n"
+        "net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))\n"
+        "net[0].to('cuda')\n"
+        "first = net[0].weight"
+    )
+    assert emu.run_cell(setup).error_in_exec is None
+    # Seen by %devices before the forward fails. (After a failed forward, the emulator's
+    # swap_tensors refuses to move the CPU half while the stored traceback's graph holds it,
+    # and says so; a real GPU's Module.to does not swap.)
+    report = emu.run_line_magic("devices", "-o")
+    (finding,) = [f for f in report.findings if f.code == "split_module"]
+    assert finding.fix == "net.to('cuda:0')"
+    assert emu.run_cell(finding.fix).error_in_exec is None
+    assert emu.user_ns["net"][0].weight is emu.user_ns["first"]  # the trained part untouched
+    assert emu.run_cell("y = net(torch.randn(3, 4, device='cuda'))").error_in_exec is None
+
+
+def test_devices_grad_tensor_on_the_cpu_fix_runs(emu: Any) -> None:
+    # A learnable tensor made beside a GPU model (e.g. a temperature or a prompt vector).
+    setup = (
+        "import torch, torch.nn as nn\n"
+        "model = nn.Linear(4, 2).cuda()\n"
+        "w = torch.zeros(2, requires_grad=True)"
+    )
+    assert emu.run_cell(setup).error_in_exec is None
+    step = "loss = (model(torch.randn(3, 4, device='cuda')) * w).sum()\nloss.backward()"
+    assert emu.run_cell(step).error_in_exec is not None
+    report = emu.run_line_magic("devices", "-o")
+    (finding,) = [f for f in report.findings if f.code == "grad_tensor_on_cpu"]
+    assert finding.fix == "w = w.detach().to('cuda:0').requires_grad_()"
+    assert emu.run_cell(finding.fix).error_in_exec is None
+    assert emu.run_cell(step).error_in_exec is None
+    assert emu.user_ns["w"].grad is not None and emu.user_ns["w"].is_leaf
+
+
+def test_numpy_of_a_named_gpu_tensor(emu: Any) -> None:
+    # tkalayci71/embedding-inspector#22's x.numpy(), the tensor on the GPU: the named tensor
+    # gets .detach().cpu() (fixes.numpy_fix's first form).
+    setup = "import torch\nlogits = torch.randn(3, 2, device='cuda')"
+    d = fails_then_fixed(
+        emu,
+        setup,
+        "arr = logits.numpy()",
+        "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+        "to host memory first.",
+        TypeError,
+    )
+    assert d.fix == "arr = logits.detach().cpu().numpy()"
+
+
+def test_checkpoint_of_a_second_gpu_loaded_with_one(emu: Any, tmp_path: Any) -> None:
+    # A checkpoint saved from cuda:1 on a two-GPU machine, loaded where there is one GPU
+    # (the "device_count() is 1" form): map_location="cuda:0".
+    path = str(tmp_path / "ckpt.pt")
+    setup = (
+        "import torch, torch.nn as nn\n"
+        "model = nn.Linear(4, 2).to('cuda:1')\n"
+        f"torch.save(model.state_dict(), {path!r})\n"
+        "%emulate_cuda off\n"
+        "%emulate_cuda on --devices 1\n"
+        f"path = {path!r}"
+    )
+    d = fails_then_fixed(
+        emu,
+        setup,
+        "state = torch.load(path)",
+        "Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1. "
+        "Please use torch.load with map_location to map your storages to an existing device.",
+    )
+    assert d.fix == "state = torch.load(path, map_location='cuda:0')"
+    assert emu.user_ns["state"]["weight"].device == torch.device("cuda:0")
+
+
+def test_model_left_on_the_cpu_is_moved_in_place(emu: Any) -> None:
+    # sksq96/pytorch-summary#16 the other way round: the batch follows DEVICE, the model was
+    # never moved. Modules move in place (fixes.move_fix's module form).
+    setup = (
+        "import torch, torch.nn as nn\n"
+        "DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())\n"
+        "images = torch.randn(2, 3, 16, 16, device=DEVICE)"
+    )
+    d = fails_then_fixed(
+        emu,
+        setup,
+        "out = model(images)",
+        "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the "
+        "same",
+    )
+    assert d.fix == "model.to(DEVICE)"

@@ -73,12 +73,12 @@ def numpy_grad(c: Ctx) -> Diagnosis:
         text = ast.unparse(inner.stmt)
         if ".numpy()" in text:
             fix = text.replace(".numpy()", ".detach().numpy()")
+    # The failing line's own cell or file, and its function when it is in one: a fix line
+    # number without them points nowhere (%devcheck fix could not apply it).
     return Diagnosis(
         summary="the tensor is part of an autograd graph; detach it before .numpy()",
         culprits=(),
-        fix=fix,
-        fix_lineno=base.get("lineno") if fix else None,
-        **base,
+        **with_plan(dict(base, fix=None), _line_plan(c, fix)),
     )
 
 

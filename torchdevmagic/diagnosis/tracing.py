@@ -97,14 +97,15 @@ class Tracer:
             if hits:
                 return f"{w.local}.device"
         # ``self.b(h)`` in a model split across devices: the device of the part called, as
-        # ``next(self.parameters())`` would name the first part's.
+        # ``next(self.parameters())`` would name the first part's; ``model(z)`` in a helper
+        # that takes the model: its device, not a literal.
         for w in fr.values:
             if (
                 w.kind == "module"
                 and w.object_id != fr.self_id
                 and len(w.devices) == 1
                 and fx.on_device(w.devices, self.target)
-                and w.local.startswith("self.")
+                and (w.local.startswith("self.") or w.local in params)
             ):
                 return f"next({w.local}.parameters()).device"
         whole = not any(w.object_id == fr.self_id and w.split for w in fr.values)
