@@ -31,12 +31,13 @@ def forward():
 
 
 def advice() -> str:
-    """The one 'free with: ...' line about the last traceback that the package can print."""
+    """The one 'free with: ...' advice that the package prints about the last traceback
+    (``%devices --free`` since issue 17; it was the sys.last_* assignments before)."""
     found = set()
     for path in Path(torchdevmagic.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                m = re.search(r"free with: (import sys;.*last_traceback.*)\)\s*$", node.value)
+                m = re.search(r"free with: (%devices --free)\)\s*$", node.value)
                 if m:
                     found.add(m.group(1))
     assert len(found) == 1, found

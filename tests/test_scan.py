@@ -1041,7 +1041,7 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     finally:
         sys.last_traceback = None
     cpu = [holder_text(h) for h in holders if h.device == "cpu"]
-    assert cpu[0] == "IPython output history holds 2.9 KiB (Out[3], _; free with %reset -f out)"
+    assert cpu[0] == "IPython output history holds 2.9 KiB (Out[3], _; free with: %devices --free)"
     assert cpu[1].startswith("the last traceback's frames hold 7.8 KiB")
     assert cpu[2].startswith("loss keeps an autograd graph")
     assert found.named_by_device == named_before  # measuring left the totals alone

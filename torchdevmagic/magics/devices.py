@@ -46,6 +46,14 @@ class DevicesMagics(Magics):
     @argument("--top", type=_top, default=None, help="show N rows (default 30; 0 shows all)")
     @argument("--diff", action="store_true", help="what changed since the previous %%devices")
     @argument("--env", action="store_true", help="CUDA environment verdict instead of variables")
+    @argument(
+        "--free",
+        nargs="*",
+        metavar="HOLDER",
+        default=None,
+        help="give back memory pinned by the last traceback and Out[n] (all, or: traceback, "
+        "Out, Out[N], _)",
+    )
     @argument("-o", "--output", action="store_true", help="return the report object")
     @line_magic
     def devices(self, line: str = "") -> Any:
@@ -53,6 +61,7 @@ class DevicesMagics(Magics):
 
         Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [--diff] [-o]
                %devices --env [-o]
+               %devices [DEVICE] --free [traceback|Out|Out[N]|_ ...] [-o]
 
         Findings (a module split across devices, a tensor attribute .to() will not move,
         optimizer state on another device) come first, then one row per variable, then one
@@ -66,6 +75,13 @@ class DevicesMagics(Magics):
         --diff shows what changed since the previous %devices in this kernel: new, freed,
         grown, shrunk and moved (device changed) variables, and each device's totals.
 
+        --free gives back memory that notebook history pins after an error: the locals of
+        the stored traceback's frames (IPython's copies too) and old results in Out[n] (with
+        IPython's _n, _ aliases), never a variable of yours. It shows what each holder kept,
+        drops those references, collects, empties the CUDA cache, and prints what came back
+        per device. Name holders to drop only those; give a DEVICE to drop only the ones
+        holding memory there.
+
         Examples::
 
             %devices                # everything, biggest first
@@ -73,12 +89,15 @@ class DevicesMagics(Magics):
             report = %devices -o    # the report object: report.rows, report.totals()
             %devices --env          # why torch does (not) see the GPU
             %devices --diff         # new, freed, grown, moved since the previous %devices
+            %devices --free         # after an out-of-memory error: give back what it pins
         """
         args = parse(self.devices, line, "%devices")  # an unmatched quote: UsageError
         shell = self.shell
         assert shell is not None  # a registered Magics instance always has its shell
         if args.env:
             return self._env(args)
+        if args.free is not None:
+            return self._free(args)
         from torchdevmagic.api import scan
 
         report = scan(
@@ -109,6 +128,28 @@ class DevicesMagics(Magics):
         from torchdevmagic.env import check_environment
 
         return self._finish(check_environment(), args.output)
+
+    def _free(self, args: Any) -> Any:
+        if args.all or args.top is not None or args.sort != "size" or args.diff:
+            raise UsageError(
+                "--free takes a DEVICE and holders to drop (and -o), not -a/-s/--top/--diff"
+            )
+        from torchdevmagic.free import choose, free_memory
+
+        try:
+            choose((), args.free)  # the holder names alone: a typo is a UsageError
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        shell = self.shell
+        assert shell is not None
+        report = free_memory(
+            shell.user_ns,
+            shell=shell,
+            hidden=shell.user_ns_hidden,
+            wanted=args.free,
+            device=parse_device(args.device),
+        )
+        return self._finish(report, args.output)
 
     def _finish(self, report: Any, output: bool) -> Any:
         """-o returns the object (shown as Out[n]); otherwise show it once."""

@@ -167,13 +167,12 @@ def holder_text(h: Holder) -> str:
     if h.kind == "output_history":
         return (
             f"IPython output history holds {format_bytes(h.nbytes)} ({name_some(list(h.paths))}; "
-            "free with %reset -f out)"
+            "free with: %devices --free)"
         )
     if h.kind == "traceback":
         return (
             f"the last traceback's frames hold {format_bytes(h.nbytes)} "
-            "(free with: import sys; sys.last_traceback = sys.last_value = None; "
-            "get_ipython().InteractiveTB.tb = None)"
+            "(free with: %devices --free)"
         )
     return (
         f"{', '.join(h.paths)} keeps an autograd graph (saved activations): backward() it, "

@@ -1,0 +1,214 @@
+"""``%devices --free``: the memory a failed cell's traceback and ``Out[n]`` pin comes back,
+through a real shell, on the emulated GPU (whose ``memory_allocated`` is exact) and on the CPU
+(weak references tell what was released). User variables always survive.
+
+Real cases: pytorch/pytorch#27600 ("Free Memory after CUDA out of memory error": the second
+``oom()`` fails at once because the first one's exception holds its frame), pytorch/pytorch#36874
+("Memory leak upon exception for interactive consoles": a module whose ``forward`` raises after
+computing ``val``), ipython/ipython#13103 and jupyter/notebook#6147 (``Out`` keeps results).
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+
+torch = pytest.importorskip("torch")
+
+from torchdevmagic.emulate import _session  # noqa: E402
+from torchdevmagic.free import FreeReport  # noqa: E402
+
+MiB = 2**20
+
+
+def run(shell: Any, cell: str) -> Any:
+    return shell.run_cell(cell, store_history=True)
+
+
+@pytest.fixture
+def emu(shell: Any) -> Any:
+    shell.run_line_magic("emulate_cuda", "on --memory 1")
+    yield shell
+    _session.stop()
+
+
+# pytorch/pytorch#36874, scaled to the emulated GPU: Linear(1024, 1024) is 4 MiB.
+BLAH = """
+import gc, weakref, torch
+refs = []
+class Blah(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.params = torch.nn.Linear(1024, 1024)
+    def forward(self, vals):
+        val = self.params(vals)
+        refs.append(weakref.ref(val))
+        raise RuntimeError("Oopsies")
+keep = torch.ones(MiB // 4, device="cuda")          # a variable of the user's: 1 MiB
+"""
+
+
+def test_free_gives_back_the_traceback_and_an_out_entry_on_the_gpu(emu: Any) -> None:
+    emu.user_ns["MiB"] = MiB
+    assert run(emu, BLAH).error_in_exec is None
+    assert run(emu, "torch.zeros(16 * MiB // 4, device='cuda') + 1").error_in_exec is None
+    out_key = max(emu.user_ns["Out"])
+    run(emu, "refs.append(weakref.ref(_))")
+    failed = run(
+        emu, "b = Blah().to('cuda'); b.forward(torch.zeros(8 * MiB // 4 // 1024, 1024).to('cuda'))"
+    )
+    assert type(failed.error_in_exec) is RuntimeError
+    run(emu, "pass")
+    gc.collect()
+    keep_id = id(emu.user_ns["keep"])
+    model_bytes = (1024 * 1024 + 1024) * 4
+    pinned = 16 * MiB + 2 * 8 * MiB  # Out entry; vals and val in forward's frame
+    before = torch.cuda.memory_allocated()
+    assert before == 1 * MiB + model_bytes + pinned
+    alive_before = [r() is not None for r in emu.user_ns["refs"]]
+    result = run(emu, "report = %devices --free -o")
+    assert result.error_in_exec is None
+    gc.collect()
+    after = torch.cuda.memory_allocated()
+    report = emu.user_ns["report"]
+    assert isinstance(report, FreeReport)
+    assert alive_before == [True, True]
+    assert [r() is None for r in emu.user_ns["refs"]] == [True, True]
+    assert after == 1 * MiB + model_bytes  # exactly what no variable held came back
+    assert report.came_back("cuda:0") == before - after == pinned
+    assert id(emu.user_ns["keep"]) == keep_id and emu.user_ns["b"].params.weight.is_cuda
+    assert out_key not in emu.user_ns["Out"] and f"_{out_key}" not in emu.user_ns
+    assert {p.kind for p in report.dropped} == {"output_history", "traceback"}
+    text = str(report)
+    assert f"Out[{out_key}]" in text and "<forward>" in text
+    assert "cuda:0: 32.0 MiB came back (allocated" in text
+    # The traceback still prints (its frames have no locals left); the next call still fails
+    # as before, the model is intact.
+    assert run(emu, "%tb").error_in_exec is None
+    assert (
+        type(run(emu, "b.forward(torch.zeros(2, 1024).to('cuda'))").error_in_exec) is RuntimeError
+    )
+
+
+# pytorch/pytorch#27600's oom(), scaled: 64 MiB layers on a 1 GiB emulated GPU. The layers are
+# made on the device (the report makes them on the CPU and calls l.to(1)): under emulation an
+# OOM inside Module.to surfaces as torch's "_apply(): Couldn't swap" RuntimeError.
+OOM = """
+import torch
+def oom(n):
+    x = torch.randn(100, 4096, device="cuda")
+    layers = []
+    for i in range(n):
+        l = torch.nn.Linear(4096, 4096, device="cuda")
+        layers.append(l)
+        x = l(x)
+    return x.shape
+"""
+
+
+def test_the_call_that_fits_runs_after_free(emu: Any) -> None:
+    assert run(emu, OOM).error_in_exec is None
+    # No ExecutionResult kept here: its error_in_exec would pin the frames itself.
+    assert type(run(emu, "oom(20)").error_in_exec) is torch.OutOfMemoryError  # 20 do not fit
+    gc.collect()
+    pinned = torch.cuda.memory_allocated()
+    assert pinned >= 14 * 64 * MiB  # the layers made before the failure, held by the frame
+    free, _ = torch.cuda.mem_get_info()
+    assert free < 12 * 64 * MiB  # as reported: a call that fits would fail at once
+    report = emu.run_line_magic("devices", "--free -o")
+    assert torch.cuda.memory_allocated() == 0
+    assert report.came_back("cuda:0") == pinned
+    fits = run(emu, "shape = oom(12)")
+    assert fits.error_in_exec is None, fits.error_in_exec
+    assert tuple(emu.user_ns["shape"]) == (100, 4096)
+
+
+CPU_SETUP = """
+import weakref, torch
+refs = []
+kept = torch.zeros(1000)
+def step(batch):
+    hidden = torch.ones(50_000)
+    refs.append(weakref.ref(hidden))
+    raise ValueError("bad batch")
+"""
+
+
+def test_free_on_the_cpu_keeps_every_user_variable(shell: Any) -> None:
+    run(shell, CPU_SETUP)
+    run(shell, "torch.ones(30_000) * 2")
+    run(shell, "refs.append(weakref.ref(_))")
+    run(shell, "kept")  # an Out entry that is a user variable: not pinned by history
+    run(shell, "mine = _")  # and a user name for the same object
+    run(shell, "step(kept)")
+    names_before = {k for k in shell.user_ns if not k.startswith("_")}
+    report = shell.run_line_magic("devices", "--free -o")
+    gc.collect()
+    assert [r() is None for r in shell.user_ns["refs"]] == [True, True]
+    assert {k for k in shell.user_ns if not k.startswith("_")} == names_before
+    assert shell.user_ns["mine"] is shell.user_ns["kept"]
+    assert [(p.path, p.by_device) for p in report.dropped][-1] == ("<step>", (("cpu", 200_000),))
+    assert "cpu: 312 KiB no longer held by the history" in str(report)
+
+
+def test_chosen_entries_only(shell: Any) -> None:
+    run(shell, CPU_SETUP)
+    run(shell, "torch.ones(30_000) * 2")
+    first = max(shell.user_ns["Out"])
+    run(shell, "torch.ones(20_000) * 3")
+    second = max(shell.user_ns["Out"])
+    run(shell, "step(kept)")
+    report = shell.run_line_magic("devices", f"--free Out[{first}] -o")
+    assert [p.path for p in report.dropped] == [f"Out[{first}]"]
+    assert first not in shell.user_ns["Out"] and second in shell.user_ns["Out"]
+    gc.collect()
+    assert shell.user_ns["refs"][0]() is not None  # the traceback was not chosen
+    report = shell.run_line_magic("devices", "--free traceback -o")
+    assert [p.path for p in report.dropped] == ["<step>"]
+    assert second in shell.user_ns["Out"]
+    nothing = shell.run_line_magic("devices", "--free traceback -o")
+    assert nothing.dropped == () and nothing.skipped == ("traceback",)
+    assert "Nothing to free" in str(nothing)
+
+
+def test_a_users_own_underscore_stays(shell: Any) -> None:
+    run(shell, "import torch")
+    run(shell, "torch.ones(10_000) + 1")
+    key = max(shell.user_ns["Out"])
+    run(shell, "_ = torch.ones(5)")  # the user's own _, set by an assignment
+    shell.run_line_magic("devices", "--free")
+    assert key not in shell.user_ns["Out"]
+    assert shell.user_ns["_"].shape == (5,)
+
+
+def test_reset_out_leaves_a_hidden_copy_that_free_finds(shell: Any) -> None:
+    """``%reset -f out`` flushes ``Out`` and resets ``_``, but ``user_ns_hidden`` keeps the
+    values ``push(interactive=False)`` stored under ``_``/``_N``: memory stays pinned."""
+    run(shell, "import torch, weakref")
+    run(shell, "torch.ones(40_000) + 1")
+    run(shell, "ref = weakref.ref(_)")
+    run(shell, "%reset -f out")
+    gc.collect()
+    pinned = shell.user_ns["ref"]() is not None
+    report = shell.run_line_magic("devices", "--free -o")
+    gc.collect()
+    assert pinned
+    assert shell.user_ns["ref"]() is None
+    assert any(p.path.endswith("(hidden copy)") for p in report.dropped)
+
+
+def test_device_filter_and_bad_names(shell: Any) -> None:
+    run(shell, CPU_SETUP)
+    run(shell, "step(kept)")
+    report = shell.run_line_magic("devices", "cuda --free -o")
+    assert report.dropped == ()
+    with pytest.raises(UsageError, match="--free takes traceback, Out"):
+        shell.run_line_magic("devices", "--free model")
+    with pytest.raises(UsageError, match="not -a/-s/--top"):
+        shell.run_line_magic("devices", "--free --top 3")
+    gc.collect()
+    assert shell.user_ns["refs"][0]() is not None  # nothing was dropped by those
+    assert "<step>" in str(shell.run_line_magic("devices", "cpu --free -o"))

@@ -1,0 +1,63 @@
+"""The words of ``%devices --free``: what was dropped, and what each device got back."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchdevmagic._format import format_bytes
+from torchdevmagic.render.blocks import Line, Table
+
+if TYPE_CHECKING:
+    from torchdevmagic.free import Freed, FreeReport
+
+HOLDER_WORDS = {"output_history": "output history", "traceback": "last error's traceback"}
+
+
+def free_blocks(report: FreeReport) -> list[Any]:
+    out: list[Any] = []
+    if not report.torch_imported:
+        return [Line("Nothing to free: torch is not imported, so no tensor memory is held.")]
+    if not report.dropped:
+        out.append(
+            Line(
+                "Nothing to free: neither the output history (Out) nor a stored traceback "
+                "holds tensor memory that no variable holds."
+            )
+        )
+    else:
+        rows = [
+            (
+                HOLDER_WORDS.get(p.kind, p.kind),
+                p.path,
+                ", ".join(f"{format_bytes(b)} {d}" for d, b in p.by_device)
+                or "what an entry above holds",
+            )
+            for p in report.dropped
+        ]
+        out.append(Line("Dropped (each held memory no variable holds):"))
+        out.append(Table(("holder", "entry", "held"), rows))
+        out += [Line(device_line(d), "" if d.came_back else "note") for d in report.devices]
+        out += [
+            Line(
+                f"{d.device}: {format_bytes(d.pinned_bytes - d.came_back)} of it is still "
+                "allocated: something else refers to it",
+                "note",
+            )
+            for d in report.devices
+            if d.measured and d.came_back < d.pinned_bytes
+        ]
+    if report.skipped:
+        out.append(Line(f"Nothing held by {', '.join(report.skipped)}.", "dim"))
+    return out
+
+
+def device_line(d: Freed) -> str:
+    if d.allocated_before is None or d.allocated_after is None:
+        return f"{d.device}: {format_bytes(d.pinned_bytes)} no longer held by the history"
+    line = (
+        f"{d.device}: {format_bytes(d.came_back)} came back (allocated "
+        f"{format_bytes(d.allocated_before)} -> {format_bytes(d.allocated_after)}"
+    )
+    if d.reserved_before is not None and d.reserved_after is not None:
+        line += f", reserved {format_bytes(d.reserved_before)} -> {format_bytes(d.reserved_after)}"
+    return line + ")"
