@@ -399,14 +399,23 @@ def test_numpy_of_fake_cuda_tensor(shell: Any) -> None:
     assert d.fix == "arr = to_numpy(preds.detach().cpu())"
 
 
-@pytest.mark.fake_cuda
+@pytest.mark.emulate
 def test_oom_names_biggest_variables_and_shape_bug(shell: Any) -> None:
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    # Emulated GPU tensors hold real bytes (FakeTensors hold none, as %devices counts them).
+    from torchdevmagic.emulate import _session
 
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        shell.user_ns["acts"] = torch.empty(1024, 1024, 256, device="cuda")  # 1 GiB, fake
+    shell.run_line_magic("emulate_cuda", "on")
+    try:
+        shell.run_cell("import torch")
+        shell.user_ns["acts"] = torch.empty(1024, 1024, 16, device="cuda")  # 64 MiB
         shell.user_ns["w"] = torch.empty(1024, 1024, device="cuda")
-    shell.user_ns["cpu_big"] = torch.empty(0)
+        shell.user_ns["cpu_big"] = torch.empty(0)
+        _oom_shape_bug(shell)
+    finally:
+        _session.stop()
+
+
+def _oom_shape_bug(shell: Any) -> None:
     msg = (
         "CUDA out of memory. Tried to allocate 100.00 GiB. GPU 0 has a total capacity of 79.18 "
         "GiB of which 23.04 GiB is free. Including non-PyTorch memory, this process has 52.02 "

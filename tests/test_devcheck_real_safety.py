@@ -95,17 +95,22 @@ def test_oom_ranks_storage_bytes_as_devices_does(shell: Any) -> None:
 
 def test_oom_ranking_counts_each_storage_once() -> None:
     """The ranking itself: the view counts its whole storage (main counted 40 B for it and
-    ranked the 4 MiB tensor first)."""
-    from torchdevmagic.diagnosis import companions
+    ranked the 4 MiB tensor first); its alias adds nothing, as in %devices."""
+    from torchdevmagic.diagnosis import diagnose
 
     ns = {"view": torch.zeros(95 * 2**18)[:10], "mid": torch.zeros(2**20)}
     ns["alias"] = ns["view"]
-    found = companions._device_tensors(ns, "cpu", torch)
-    ranked = sorted(found, key=lambda v: -v.nbytes)
-    assert [(v.expression, v.nbytes) for v in ranked][:2] == [("view", 95 * 2**20)] * 1 + [
-        ("alias", 95 * 2**20)
+    try:
+        raise RuntimeError(
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 999 bytes"
+        )
+    except RuntimeError as exc:
+        d = diagnose(exc, ns)
+    assert d is not None
+    assert [(c.expression, c.description.split(", ")[-1]) for c in d.culprits] == [
+        ("view", "95.0 MiB"),
+        ("mid", "4.0 MiB"),
     ]
-    assert companions._total(found) == 95 * 2**20 + 4 * 2**20  # view and alias: one storage
 
 
 HOSTILE = """

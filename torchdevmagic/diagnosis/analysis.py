@@ -21,10 +21,10 @@ from torchdevmagic.diagnosis.companions import (
     no_cuda,
     numpy_device,
     numpy_grad,
-    out_of_memory,
 )
 from torchdevmagic.diagnosis.environment import environment_verdict
 from torchdevmagic.diagnosis.mismatch import Ctx, EnvVerdict, device_mismatch, dtype_mismatch
+from torchdevmagic.diagnosis.oom import out_of_memory
 from torchdevmagic.diagnosis.result import Diagnosis
 from torchdevmagic.safe import module_child_path, module_table, table_items
 

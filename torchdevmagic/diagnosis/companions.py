@@ -1,20 +1,16 @@
 """The companions of a device error: NumPy on a GPU tensor, a checkpoint saved on an absent
-device, no CUDA here, out of memory, device-side asserts."""
+device, no CUDA here, device-side asserts (out of memory: :mod:`.oom`)."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
 from typing import Any, Optional
 
-from torchdevmagic._format import format_bytes
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis.mismatch import (
     Ctx,
     culprit_row,
-    describe_value,
-    device_text,
     unique,
     with_plan,
 )
@@ -129,103 +125,6 @@ def no_cuda(c: Ctx) -> Diagnosis:
         culprits=(),
         notes=(verdict,) if verdict else (),
         **with_plan(dict(c.base, fix=None), plan),
-    )
-
-
-def _total(values: list[cp.Value]) -> int:
-    """Bytes held, each storage once (two names for one tensor, or a view and its base)."""
-    by_storage: dict[object, int] = {}
-    for v in values:
-        by_storage[v.storage_key if v.storage_key is not None else ("value", v.object_id)] = (
-            v.nbytes
-        )
-    return sum(by_storage.values())
-
-
-def _device_tensors(
-    mapping: Mapping[str, Any], device: str, torch: Any, prefix: str = ""
-) -> list[cp.Value]:
-    out: list[cp.Value] = []
-    try:
-        items = list(dict.items(mapping)) if type(mapping) is dict else []
-    except Exception:
-        return out
-    for name, value in items:
-        if type(name) is not str or (name.startswith("_") and not prefix):
-            continue
-        v = cp.describe(value, f"{prefix}{name}", torch)
-        if v is not None and fx.on_device(v.devices, device):
-            out.append(v)
-    return out
-
-
-def out_of_memory(c: Ctx) -> Diagnosis:
-    match = c.match
-    base = c.base
-    namespace = c.namespace
-    torch = c.torch
-    last_tb = c.last_tb
-    device = match.odd or "cuda"
-    notes: list[str] = []
-    biggest: list[cp.Value] = []
-    if type(namespace) is dict:
-        biggest = sorted(_device_tensors(namespace, device, torch), key=lambda v: -v.nbytes)[:3]
-        history = dict.get(namespace, "Out")
-        if type(history) is dict:
-            held = [
-                v
-                for v in (
-                    cp.describe(val, f"Out[{k}]", torch) for k, val in list(dict.items(history))
-                )
-                if v is not None and fx.on_device(v.devices, device)
-            ]
-            if held:
-                total = _total(held)
-                names = ", ".join(v.expression for v in held[:4])
-                notes.append(
-                    f"IPython's output history holds {format_bytes(total)} on {device} "
-                    f"({names}): %reset -f out frees it"
-                )
-    if last_tb is not None:
-        kept: list[cp.Value] = []
-        for f, _ in cp.walk_tb(last_tb):
-            try:
-                f_locals = f.f_locals
-                if type(f_locals) is not dict:  # a class body's __prepare__ mapping: skip
-                    continue
-                kept += _device_tensors(f_locals, device, torch, prefix=".")
-            except Exception:
-                continue
-        held_bytes = _total(kept)
-        if held_bytes:
-            notes.append(
-                f"the previous error's stored traceback keeps {format_bytes(held_bytes)} "
-                f"of tensors alive on {device}"
-            )
-    req = match.details.get("requested_bytes")
-    capacity = match.details.get("total_bytes")
-    if req and capacity and int(req) > int(capacity):
-        notes.insert(
-            0,
-            f"the single request ({format_bytes(int(req))}) is larger than the whole device "
-            f"({format_bytes(int(capacity))}): a shape bug, not a memory shortage",
-        )
-    summary = f"{device} is full"
-    if req:
-        summary += f" (asked for {format_bytes(int(req))} more)"
-    if biggest:
-        summary += "; biggest variables there: " + ", ".join(
-            f"{v.expression} {format_bytes(v.nbytes)}" for v in biggest
-        )
-    return Diagnosis(
-        summary=summary,
-        culprits=tuple(
-            Culprit(v.expression, device_text(v), f"{describe_value(v)}, {format_bytes(v.nbytes)}")
-            for v in biggest
-        ),
-        fix=None,
-        notes=tuple(notes),
-        **base,
     )
 
 

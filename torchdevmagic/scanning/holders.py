@@ -137,22 +137,30 @@ def stored_tracebacks(shell: Any = None) -> list[types.TracebackType]:
 
 
 def traceback_frames(tbs: Iterable[types.TracebackType]) -> list[types.FrameType]:
-    """The function frames the tracebacks keep alive, each once, outermost first. Module and
-    class bodies are left out (their locals are a namespace that lives on anyway), and so are
-    generators and coroutines (see ``_RESUMABLE``)."""
-    frames: list[types.FrameType] = []
-    seen: set[int] = set()
+    """The function frames the tracebacks keep alive, each once, outermost first."""
+    raw: list[types.FrameType] = []
     for first in tbs:
         tb: Optional[types.TracebackType] = first
-        while type(tb) is types.TracebackType and len(frames) < MAX_FRAMES:
-            frame = tb.tb_frame
-            flags = frame.f_code.co_flags
-            if id(frame) not in seen and flags & 0x1 and not flags & _RESUMABLE:  # CO_OPTIMIZED
-                seen.add(id(frame))
-                if not _is_shell_machinery(frame):
-                    frames.append(frame)
+        while type(tb) is types.TracebackType and len(raw) < MAX_FRAMES:
+            raw.append(tb.tb_frame)
             tb = tb.tb_next
-    return frames
+    return function_frames(raw)
+
+
+def function_frames(frames: Iterable[types.FrameType]) -> list[types.FrameType]:
+    """``frames`` less module and class bodies (their locals are a namespace that lives on
+    anyway), generators and coroutines (see ``_RESUMABLE``) and the shell's own machinery;
+    each frame once."""
+    out: list[types.FrameType] = []
+    seen: set[int] = set()
+    for frame in frames:
+        flags = frame.f_code.co_flags
+        if id(frame) in seen or not flags & 0x1 or flags & _RESUMABLE:  # 0x1: CO_OPTIMIZED
+            continue
+        seen.add(id(frame))
+        if not _is_shell_machinery(frame):
+            out.append(frame)
+    return out
 
 
 def _is_shell_machinery(frame: types.FrameType) -> bool:
