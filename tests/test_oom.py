@@ -10,6 +10,7 @@ is full.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -30,6 +31,8 @@ def run(shell: Any, cell: str) -> Any:
 def emu(shell: Any) -> Any:
     shell.run_line_magic("emulate_cuda", "on --memory 1")
     run(shell, "import torch, torch.nn as nn\nMiB = 2**20")
+    gc.collect()
+    assert torch.cuda.memory_allocated() == 0, "a previous test left emulated tensors alive"
     yield shell
     _session.stop()
 
@@ -98,6 +101,21 @@ def test_del_the_biggest_variable_the_cell_does_not_use(emu: Any) -> None:
     assert d.fix == "del old_logits"
     assert [c.expression for c in d.culprits] == ["old_logits", "batch"]
     assert "batch" in emu.user_ns and "old_logits" not in emu.user_ns
+
+
+def test_del_spares_what_a_function_of_the_cell_reads(emu: Any) -> None:
+    run(emu, "cache = torch.empty(600 * MiB // 4, device='cuda')")  # read by step()
+    run(emu, "stale = torch.empty(300 * MiB // 4, device='cuda')")
+    run(
+        emu,
+        "def step():\n"
+        "    out = torch.empty(300 * MiB // 4, device='cuda')\n"
+        "    out[:1] = cache[:1]\n"
+        "    return out",
+    )
+    d = fails_then_fix_runs(emu, "out = step()")
+    assert d.fix == "del stale"
+    assert "cache" in emu.user_ns
 
 
 def test_a_request_larger_than_the_device_is_a_shape_bug(emu: Any) -> None:

@@ -13,6 +13,7 @@ bug: no memory can be made for it.
 from __future__ import annotations
 
 import ast
+import types
 from typing import Any, NamedTuple, Optional
 
 from torchdevmagic._device import Device
@@ -228,14 +229,38 @@ class _Scan:
         return None
 
     def _names_used(self) -> set[str]:
-        """Every name the failing cell (or, without it, the failing lines) mentions."""
+        """Every name the failing cell (or, without it, the failing lines) mentions, and the
+        globals that the functions it names and the failing frames' code read: deleting one
+        of those would break the rerun."""
         names: set[str] = set()
         trees = [fr.tree for fr in self.c.frames if fr.is_cell and fr.tree is not None]
         if not trees:
             trees = [fr.stmt for fr in self.c.frames if fr.stmt is not None]
         for tree in trees:
             names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
+        codes = [fr.frame.f_code for fr in self.c.frames]
+        ns = self.namespace or {}
+        codes += [
+            _FUNCTION_CODE(f)
+            for n in list(names)
+            if type(f := dict.get(ns, n)) is types.FunctionType  # plain functions only
+        ]
+        for code in codes:
+            names.update(_globals_read(code))
         return names
+
+
+_FUNCTION_CODE: Any = types.FunctionType.__dict__["__code__"].__get__
+
+
+def _globals_read(code: types.CodeType, depth: int = 0) -> set[str]:
+    """``co_names`` of ``code`` and of the functions and comprehensions defined in it."""
+    out = set(code.co_names)
+    if depth < 3:
+        for const in code.co_consts:
+            if type(const) is types.CodeType:
+                out |= _globals_read(const, depth + 1)
+    return out
 
 
 def _root(path: str) -> str:
