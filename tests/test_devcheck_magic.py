@@ -208,7 +208,7 @@ def test_paths_of_keys_that_are_not_str() -> None:
 def test_diagnosis_lookups_skip_keys_that_are_not_str() -> None:
     """A namespace key that is not a str is skipped, and a module table holding one is not
     searched by name (a key of equal hash would have its __eq__ compared)."""
-    from torchdevmagic.diagnosis import companions, resolve
+    from torchdevmagic.diagnosis import diagnose, resolve
 
     ran: list[str] = []
 
@@ -220,8 +220,13 @@ def test_diagnosis_lookups_skip_keys_that_are_not_str() -> None:
             ran.append("__eq__")
             return False
 
-    found = companions._device_tensors({1: torch.zeros(2), "x": torch.zeros(2)}, "cpu", torch)
-    assert [v.expression for v in found] == ["x"]
+    try:  # the OOM ranking reads the namespace (diagnosis/oom.py, through the scan)
+        raise RuntimeError(
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes"
+        )
+    except RuntimeError as exc:
+        d = diagnose(exc, {1: torch.zeros(2), "x": torch.zeros(2)})
+    assert d is not None and [c.expression for c in d.culprits] == ["x"]
     net = torch.nn.Module()
     net._parameters[Collide()] = torch.nn.Parameter(torch.zeros(1))
     net.fc = torch.nn.Linear(1, 1)  # torch's __setattr__ looks "fc" up: __eq__ runs there
