@@ -11,6 +11,7 @@ is full.
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 import pytest
@@ -31,6 +32,10 @@ def run(shell: Any, cell: str) -> Any:
 def emu(shell: Any) -> Any:
     shell.run_line_magic("emulate_cuda", "on --memory 1")
     run(shell, "import torch, torch.nn as nn\nMiB = 2**20")
+    # A previous test's stored error may still hold its tensors (IPython 7.34's reset keeps
+    # sys.last_*): start from nothing, so every figure below is this test's.
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    shell.InteractiveTB.tb = None
     gc.collect()
     assert torch.cuda.memory_allocated() == 0, "a previous test left emulated tensors alive"
     yield shell
