@@ -19,6 +19,19 @@ import torch
 from torchdevmagic.emulate._memory import Ledger
 from torchdevmagic.emulate._placement import Devices
 
+# The memory functions, stood in for in torch.cuda and in torch.cuda.memory alike.
+MEMORY_NAMES = (
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "reset_peak_memory_stats",
+    "reset_max_memory_allocated",
+    "mem_get_info",
+    "empty_cache",
+    "memory_stats",
+)
+
 NAME = "Emulated CUDA GPU (torchdevmagic, runs on CPU)"
 # True on every stand-in whose timings are host-clock: timers check it to say so.
 EMULATED_TIMING = True
@@ -335,15 +348,7 @@ class CudaStandIns:
             "get_device_properties",
             "is_bf16_supported",
             "synchronize",
-            "memory_allocated",
-            "max_memory_allocated",
-            "memory_reserved",
-            "max_memory_reserved",
-            "reset_peak_memory_stats",
-            "reset_max_memory_allocated",
-            "mem_get_info",
-            "empty_cache",
-            "memory_stats",
+            *MEMORY_NAMES,
             "current_stream",
             "default_stream",
             "set_stream",

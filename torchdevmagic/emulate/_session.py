@@ -12,24 +12,12 @@ from typing import Any, Optional
 import torch
 
 from torchdevmagic.emulate import _parallel, _patches, _serialize, _special, _tensor
-from torchdevmagic.emulate._cuda import CudaStandIns
+from torchdevmagic.emulate._cuda import MEMORY_NAMES, CudaStandIns
 from torchdevmagic.emulate._memory import Ledger
 from torchdevmagic.emulate._placement import Devices, PlacementMode, swap_standin
 from torchdevmagic.emulate._rules import EmulationUnsupported
 
 DEFAULT_CAPACITY = 16 << 30  # bytes per emulated GPU, as a 16 GB card
-
-_MEMORY_NAMES = (
-    "memory_allocated",
-    "max_memory_allocated",
-    "memory_reserved",
-    "max_memory_reserved",
-    "reset_peak_memory_stats",
-    "reset_max_memory_allocated",
-    "mem_get_info",
-    "empty_cache",
-    "memory_stats",
-)
 
 
 @dataclass
@@ -119,7 +107,7 @@ def _apply(session: Session) -> None:
         p.set(torch.cuda, name, value)
     memory_module = getattr(torch.cuda, "memory", None)
     if memory_module is not None:
-        for name in _MEMORY_NAMES:
+        for name in MEMORY_NAMES:
             if hasattr(memory_module, name):
                 p.set(memory_module, name, getattr(session.cuda, name))
     accelerator = getattr(torch, "accelerator", None)
