@@ -13,9 +13,12 @@ from typing import Any, Callable, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
+from torchdevmagic.emulate import _fast
 from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, inner_of, wrap
 
 _CPU = torch.device("cpu")
+_PURE = _fast.PURE
+_SKIP = _fast.SKIP
 
 
 class Devices:
@@ -125,6 +128,10 @@ class PlacementMode(TorchFunctionMode):
     ) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         kwargs = kwargs or {}
+        if func in _PURE:  # elementwise math and the like: above dispatch when it can
+            out = _fast.run(func, args, kwargs)
+            if out is not _SKIP:
+                return out
         handler = self.handlers.get(func)
         if handler is not None:
             return handler(func, args, kwargs)
