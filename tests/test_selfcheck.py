@@ -256,7 +256,7 @@ def test_timing_agreement() -> None:
     ok = sc.agreement_outcome(1.60, {"events": 1.58, "torch.utils.benchmark": 1.65})
     assert ok.status == "PASS"
     assert ok.figure == (
-        "%%cuda_time 1.6 ms, events 1.58 ms (1.3%), torch.utils.benchmark 1.65 ms (3.0%)"
+        "%%cuda_time 1.60 ms, events 1.58 ms (1.3%), torch.utils.benchmark 1.65 ms (3.0%)"
     )
     assert sc.agreement_outcome(1.049, {"events": 1.0}).status == "PASS"
     assert sc.agreement_outcome(1.051, {"events": 1.0}).status == "FAIL"

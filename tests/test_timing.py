@@ -352,7 +352,9 @@ def test_host_rendering_and_note_line() -> None:
     r = TimingResult(
         device="cpu", clock="host", wall_ms=2.0, cpu_ms=1.5, note="no CUDA device: host clock"
     )
-    assert r.to_text() == "no CUDA device: host clock\ncpu · wall 2 ms · CPU 1.5 ms · host clock"
+    assert r.to_text() == (
+        "no CUDA device: host clock\ncpu · wall 2.00 ms · CPU 1.50 ms · host clock"
+    )
 
 
 def test_html_and_pretty() -> None:
