@@ -128,7 +128,7 @@ def test_o_returns_the_result_object(shell: Any) -> None:
 
 
 def test_help_documents_every_option(shell: Any) -> None:
-    doc = shell.magics_manager.magics["cell"]["cuda_time"].__doc__
+    doc = shell.magics_manager.magics["cell"]["cuda_time"].getdoc()  # what ? shows
     for option in ("-n N", "-r R", "-w W", "--stream", "--device", "-q", "-o", "Example"):
         assert option in doc, option
 
@@ -254,10 +254,11 @@ def test_traceback_names_the_cells_own_number_and_line(shell: Any, capsys: Any) 
 
 
 def test_stream_choices_match_the_engine() -> None:
+    from torchdevmagic.magics._args import parser_of
     from torchdevmagic.magics.cuda_time import CudaTimeMagics
     from torchdevmagic.timing import STREAM_MODES
 
-    parser = CudaTimeMagics.cuda_time.parser
+    parser = parser_of(CudaTimeMagics.cuda_time)
     (action,) = [a for a in parser._actions if a.dest == "stream"]
     assert tuple(action.choices) == tuple(STREAM_MODES)
 

@@ -108,7 +108,7 @@ keep = torch.zeros(2)
 
 
 def test_help_page_documents_options_and_example(shell: Any) -> None:
-    doc = shell.find_line_magic("devices").__doc__
+    doc = shell.find_line_magic("devices").getdoc()  # what %devices? shows
     for text in ("%devices [DEVICE]", "--top", "--sort", "-o", "report = %devices -o"):
         assert text in doc
 

@@ -396,7 +396,7 @@ def test_magic_wrong_option_is_usage_error(shell: Any) -> None:
 
 
 def test_magic_help_documents_env(shell: Any) -> None:
-    doc = shell.find_line_magic("devices").__doc__
+    doc = shell.find_line_magic("devices").getdoc()  # what %devices? shows
     assert "%devices --env" in doc
 
 

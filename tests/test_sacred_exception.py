@@ -245,6 +245,7 @@ def test_status_tells_the_truth_when_another_handler_replaced_ours(shell: Any, c
         status = capsys.readouterr().out
         assert status.startswith("%devcheck is on but not in charge")
         shell.run_cell("%devcheck on")  # puts ours back in front
+        assert capsys.readouterr().out.startswith("%devcheck is on: ")  # one line says so
         shell.run_cell("%devcheck status")
         assert capsys.readouterr().out.startswith("%devcheck is on\n")
     finally:

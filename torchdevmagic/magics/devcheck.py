@@ -17,11 +17,10 @@ import types
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import argument
 
 from torchdevmagic.magics import _shown
-from torchdevmagic.magics._args import parse
-from torchdevmagic.magics._cell import compile_cell, quiet, run_compiled
+from torchdevmagic.magics._args import magic_arguments, parse
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -82,7 +81,7 @@ class DevcheckMagics(Magics):
 
     # ------------------------------------------------------------------ the magics
 
-    @magic_arguments()
+    @magic_arguments("%%devcheck")
     @argument("--full", action="store_true", help="keep PyTorch-internal frames in the traceback")
     @cell_magic
     def devcheck(self, line: str, cell: str) -> Any:
@@ -99,6 +98,8 @@ class DevcheckMagics(Magics):
             %%devcheck
             y = model(x)
         """
+        from torchdevmagic.magics._cell import compile_cell, quiet, run_compiled  # not at load
+
         full = parse(self.devcheck, line, "%devcheck").full
         compiled = compile_cell(self._shell, cell, "devcheck")
         try:
@@ -114,7 +115,7 @@ class DevcheckMagics(Magics):
             raise
         return None if quiet(compiled.source) else value
 
-    @magic_arguments()
+    @magic_arguments("%devcheck")
     @argument(
         "action",
         nargs="?",
@@ -146,8 +147,10 @@ class DevcheckMagics(Magics):
         args = parse(self.devcheck_line, line, "%devcheck")
         if args.action == "on":
             self.turn_on()
+            print(f"{self.status()}: failing cells are explained (%devcheck off to stop)")
         elif args.action == "off":
             self.turn_off()
+            print(self.status())
         elif args.action == "tb":
             self.show_full_traceback()
         elif args.action == "fix":

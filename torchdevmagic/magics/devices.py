@@ -6,9 +6,9 @@ from typing import Any, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.core.magic_arguments import argument
 
-from torchdevmagic.magics._args import parse
+from torchdevmagic.magics._args import magic_arguments, parse
 from torchdevmagic.magics._show import show
 
 SORT_KEYS = ("size", "name", "device")  # report.sort_rows understands these
@@ -39,7 +39,7 @@ def parse_device(text: Optional[str]) -> Optional[str]:
 
 @magics_class
 class DevicesMagics(Magics):
-    @magic_arguments()
+    @magic_arguments("%devices")
     @argument("device", nargs="?", help="only rows on this device: cpu, cuda, cuda:1, mps, meta")
     @argument("-a", "--all", action="store_true", help="include _private and IPython names")
     @argument("-s", "--sort", default="size", choices=SORT_KEYS, help="row order (default: size)")

@@ -6,7 +6,9 @@ from typing import Any, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument
+
+from torchdevmagic.magics._args import magic_arguments, parse
 
 ACTIONS = ("on", "off", "status")
 
@@ -30,7 +32,7 @@ def _positive(kind: str) -> Any:
 class EmulateMagics(Magics):
     _started: Optional[Any] = None  # the session this magic started (stopped on unload)
 
-    @magic_arguments()
+    @magic_arguments("%emulate_cuda")
     @argument("action", nargs="?", default="status", help="on, off or status (default)")
     @argument("--devices", type=_positive("N"), default=1, help="emulated GPUs (default 1)")
     @argument("--memory", type=_positive("GiB"), default=16, help="GiB per GPU (default 16)")
@@ -54,7 +56,7 @@ class EmulateMagics(Magics):
             %emulate_cuda status
             %emulate_cuda off
         """
-        args = parse_argstring(self.emulate_cuda, line)
+        args = parse(self.emulate_cuda, line, "%emulate_cuda")
         action = str(args.action).lower()
         if action not in ACTIONS:
             raise UsageError(f"unknown action {args.action!r}: use on, off or status")

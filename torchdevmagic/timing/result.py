@@ -131,4 +131,14 @@ class TimingResult(Displayable):
         if self.verdict:  # colour the verdict only: it is the part that asks for action
             plain = esc(self.verdict)
             text = text.replace(plain, f'<span style="color:{WARN_COLOR}">{plain}</span>', 1)
-        return html_block(note, f'<div style="{style}">{text}</div>')
+        return html_block(note, f'<div style="{style}">{text}</div>', self._plot())
+
+    def _plot(self) -> str:
+        """Benchmark mode: the per-repeat samples of the primary clock as a small SVG."""
+        if not self.benchmark or self.error:  # a stopped benchmark has no statistics
+            return ""
+        from torchdevmagic.timing.plot import samples_svg
+
+        if self.gpu_samples_ms:
+            return samples_svg(self.gpu_samples_ms, "GPU", self._unit)
+        return samples_svg(self.wall_samples_ms, "wall", self._unit)

@@ -1,0 +1,148 @@
+"""Help pages, option errors and load cost of every magic, through a real shell.
+
+``%%cuda_time?`` must show ``%%cuda_time``, not a method name (``%devcheck_line`` was shown
+before), in the terminal's ``?`` and in the kernel's inspect (shift-tab), on IPython 7.34 and
+9. Parsers are built on first use, so ``%load_ext`` builds none.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+
+from torchdevmagic.magics._args import help_text, parser_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (what the user types before "?", the usage line the help page must start with)
+PAGES = [
+    ("%%cuda_time", "%%cuda_time [-n N] [-r R] [-w W]"),
+    ("%cuda_time", "%cuda_time [on|off|status]"),
+    ("%%devcheck", "%%devcheck [--full]"),
+    ("%devcheck", "%devcheck [-o] [{on,off,status,tb}]"),
+    ("%devices", "%devices [-a] [-s {size,name,device}]"),
+    ("%emulate_cuda", "%emulate_cuda [--devices DEVICES]"),
+]
+METHOD_NAMES = ("devcheck_line", "cuda_time_line")
+
+
+def plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def magic(shell: Any, typed: str) -> Any:
+    kind = "cell" if typed.startswith("%%") else "line"
+    return shell.magics_manager.magics[kind][typed.lstrip("%")]
+
+
+@pytest.mark.parametrize(("typed", "usage"), PAGES)
+def test_question_mark_shows_the_magic_as_typed(
+    shell: Any, capsys: Any, typed: str, usage: str
+) -> None:
+    shell.run_cell(f"{typed}?")
+    page = plain(capsys.readouterr().out)
+    assert f"::\n\n  {usage}" in page, page
+    assert not any(name in page for name in METHOD_NAMES)
+
+
+@pytest.mark.parametrize(("typed", "usage"), PAGES)
+def test_every_option_is_on_the_help_page(shell: Any, typed: str, usage: str) -> None:
+    page = magic(shell, typed).getdoc()
+    assert page == help_text(magic(shell, typed))
+    for action in parser_of(magic(shell, typed))._actions:
+        for option in action.option_strings:
+            pattern = rf"^\s+(-\S+( \S+)?, )*{re.escape(option)}\b"
+            assert re.search(pattern, page, re.M), (typed, option)
+
+
+@pytest.mark.parametrize("token", ["cuda_time", "devcheck", "devices", "emulate_cuda"])
+def test_kernel_inspect_names_the_magic(shell: Any, token: str) -> None:
+    # ipykernel's inspect_request (shift-tab) asks object_inspect_mime for the token at the
+    # cursor: "%%cuda_time -n 3" gives "cuda_time", which IPython looks up as a line magic.
+    text = plain(shell.object_inspect_mime(token)["text/plain"])
+    assert f"::\n\n  %{token} [" in text
+    assert not any(name in text for name in METHOD_NAMES)
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "%devices --bogus",
+        "%devices 'cuda",
+        "%%cuda_time --bogus\nx = 1",
+        "%%cuda_time -n many\nx = 1",
+        "%cuda_time --bogus",
+        "%%devcheck --bogus\nx = 1",
+        "%devcheck bogus",
+        "%emulate_cuda --bogus",
+        "%emulate_cuda 'on",
+    ],
+)
+def test_a_wrong_option_is_a_one_line_usage_error(shell: Any, cell: str) -> None:
+    err = shell.run_cell(cell).error_in_exec
+    assert type(err) is UsageError, cell
+    assert "\n" not in str(err).strip()
+
+
+def test_cuda_time_o_prints_nothing_else(shell: Any, capsys: Any) -> None:
+    from torchdevmagic.timing import TimingResult
+
+    result = shell.run_cell("%%cuda_time -o\nx = 6 * 7\nx")
+    captured = capsys.readouterr()
+    assert isinstance(result.result, TimingResult)
+    assert shell.user_ns["x"] == 42
+    # the result shows once, as Out[n] (the displayhook writes it to stdout)
+    assert captured.out.count(result.result.line()) == 1 and captured.err == ""
+    assert shell.run_cell("%%cuda_time -o -q\ny = 1").result is not None
+    assert capsys.readouterr().out.count("cpu · ") == 1
+
+
+def test_cuda_time_o_still_shows_what_it_measured_when_the_cell_fails(
+    shell: Any, capsys: Any
+) -> None:
+    result = shell.run_cell("%%cuda_time -o\nraise ValueError('bad batch')")
+    assert type(result.error_in_exec) is ValueError  # no Out[n]: the line is all there is
+    assert "stopped by ValueError" in capsys.readouterr().out
+
+
+def test_devcheck_on_confirms_in_one_line(shell: Any, capsys: Any) -> None:
+    try:
+        shell.run_cell("%devcheck on")
+        out = capsys.readouterr().out
+        assert out.splitlines() == [
+            "%devcheck is on: failing cells are explained (%devcheck off to stop)"
+        ]
+        shell.run_cell("%devcheck off")
+        assert capsys.readouterr().out.splitlines() == ["%devcheck is off"]
+    finally:
+        shell.run_cell("%devcheck off")
+
+
+LOAD = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+shell.extension_manager.load_extension("torchdevmagic")
+ours = [
+    (kind, name, getattr(fn, "__func__", fn))
+    for kind, table in shell.magics_manager.magics.items()
+    for name, fn in table.items()
+    if type(getattr(fn, "__self__", None)).__module__.startswith("torchdevmagic.")
+]
+print(len(ours), sorted(n for _, n, f in ours if "parser" in f.__dict__))
+shell.run_line_magic("devices", "-o")
+print(sorted(n for _, n, f in ours if "parser" in f.__dict__))
+"""
+
+
+@pytest.mark.slow
+def test_loading_builds_no_parser_and_first_use_builds_one() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.splitlines()
+    assert out == ["6 []", "['devices']"], out
