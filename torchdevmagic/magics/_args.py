@@ -1,7 +1,7 @@
 """Option lines: parsers built on first use, help pages named as typed, one-line errors.
 
 IPython's ``@magic_arguments()`` builds each magic's argparse parser (and formats its help)
-when the class is defined, i.e. at ``%load_ext``: ~7-11 ms for our five magics on the
+when the class is defined, i.e. at ``%load_ext``: ~7-11 ms for our six magics on the
 development VM. :func:`magic_arguments` here records the same ``@argument`` decorators and
 builds the parser the first time the magic runs or its help is asked for. The help page
 (``%%cuda_time?``, shift-tab) comes from IPython's ``getdoc()`` hook, so it is the parser's
@@ -16,29 +16,50 @@ from __future__ import annotations
 
 import argparse
 from argparse import Namespace
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 from IPython.core.error import UsageError
 
 MAX_COUNT = 1_000_000  # -n, -r, -w: a million runs of the fastest cell is already minutes
 
-F = TypeVar("F", bound=Callable[..., Any])
+
+class argument:  # spelled as IPython's, which it replaces
+    """IPython's ``@argument(...)``: ``add_argument``'s arguments, kept for the parser built on
+    first use. Ours, so that loading does not import ``IPython.core.magic_arguments`` (IPython
+    9 imports it only with its own execution magics)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+
+    # Any, not a TypeVar: IPython 9 types @line_magic as returning a union with its
+    # decorator form, which a typed pass-through would carry to every magic method.
+    def __call__(self, func: Any) -> Any:
+        if not getattr(func, "has_arguments", False):
+            func.has_arguments = True
+            func.decorators = []
+        func.decorators.append(self)
+        return func
+
+    def add_to_parser(self, parser: Any, group: Any) -> None:
+        (parser if group is None else group).add_argument(*self.args, **self.kwargs)
 
 
-def magic_arguments(name: str) -> Callable[[F], F]:
-    """IPython's ``@magic_arguments()``, outermost above IPython's ``@argument``\\ s, but the
-    parser is built on first use. ``name`` is the magic as the user types it: ``"%devices"``,
-    ``"%%cuda_time"``."""
+def magic_arguments(name: str, **parser_kwargs: Any) -> Callable[[Any], Any]:
+    """IPython's ``@magic_arguments()``, outermost above the :class:`argument` decorators, but
+    the parser is built on first use. ``name`` is the magic as the user types it: ``"%devices"``,
+    ``"%%cuda_time"``; ``parser_kwargs`` go to the parser (``usage=...``)."""
     if not name.startswith("%"):
         raise ValueError(f"name the magic as typed, with its % or %%: {name!r}")
 
-    def decorate(func: F) -> F:
-        f: Any = func
+    def decorate(func: Any) -> Any:
+        f = func
         if not getattr(f, "has_arguments", False):
             f.has_arguments = True
             f.decorators = []
         # IPython's help formatter writes "%" before the parser's prog: "%" + "%cuda_time".
         f.argcmd_name = name[1:]
+        if parser_kwargs:
+            f.argcmd_kwds = parser_kwargs
         f.getdoc = lambda: help_text(func)
         return func
 

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, kwds
 
-from torchdevmagic.magics._args import MAX_COUNT, count, magic_arguments, parse
+from torchdevmagic.magics._args import MAX_COUNT, argument, count, magic_arguments, parse
 from torchdevmagic.magics._show import show
 
 if TYPE_CHECKING:
@@ -154,8 +153,7 @@ class CudaTimeMagics(Magics):
             self._cells = CellClock()
         return self._cells
 
-    @magic_arguments("%cuda_time")
-    @kwds(usage="%(prog)s [on|off|status]")
+    @magic_arguments("%cuda_time", usage="%(prog)s [on|off|status]")
     @argument("action", nargs="*", metavar="on|off|status", help="on, off or status (the default)")
     # IPython types line_magic("name") as returning `_F | Callable[[_F], _F]`; the str form
     # always returns the decorator, which the union cannot express.

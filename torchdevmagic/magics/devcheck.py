@@ -17,10 +17,9 @@ import types
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument
 
 from torchdevmagic.magics import _shown
-from torchdevmagic.magics._args import magic_arguments, parse
+from torchdevmagic.magics._args import argument, magic_arguments, parse
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell

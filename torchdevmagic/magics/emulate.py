@@ -6,9 +6,8 @@ from typing import Any, Optional
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument
 
-from torchdevmagic.magics._args import magic_arguments, parse
+from torchdevmagic.magics._args import argument, magic_arguments, parse
 
 ACTIONS = ("on", "off", "status")
 
