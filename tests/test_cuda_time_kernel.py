@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +52,27 @@ def test_kernel_sees_the_cell_fail_with_the_users_exception() -> None:
     assert info.value.ename == "ValueError" and info.value.evalue == "bad batch"
     shown = [o for o in nb.cells[1].outputs if o["output_type"] == "display_data"]
     assert shown and "stopped by ValueError" in shown[0]["data"]["text/plain"]
+
+
+@pytest.mark.kernel
+def test_kernel_cell_timing_prints_after_each_cell_and_keeps_the_error() -> None:
+    nbclient = pytest.importorskip("nbclient")
+    nb, client = _execute(
+        "%load_ext torchdevmagic",
+        "%cuda_time on",
+        "k = 6\nk * 7",
+        "raise ValueError('bad batch')",
+    )
+    with pytest.raises(nbclient.exceptions.CellExecutionError) as info:
+        client.execute()
+    assert info.value.ename == "ValueError" and info.value.evalue == "bad batch"
+
+    def stdout(cell: Any) -> str:
+        return "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+
+    on, value, failing = nb.cells[1], nb.cells[2], nb.cells[3]
+    assert stdout(on).startswith("cell timing is on") and "cell time:" not in stdout(on)
+    (result,) = [o for o in value.outputs if o["output_type"] == "execute_result"]
+    assert result["data"]["text/plain"] == "42"
+    assert stdout(value).startswith("cell time: wall ") and " · no GPU (" in stdout(value)
+    assert stdout(failing).startswith("cell time: wall ")  # after the error, in its cell
