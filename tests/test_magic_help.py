@@ -25,7 +25,7 @@ PAGES = [
     ("%%cuda_time", "%%cuda_time [-n N] [-r R] [-w W]"),
     ("%cuda_time", "%cuda_time [on|off|status]"),
     ("%%devcheck", "%%devcheck [--full]"),
-    ("%devcheck", "%devcheck [-o] [{on,off,status,tb}]"),
+    ("%devcheck", "%devcheck [-o] [{on,off,status,tb,fix}]"),
     ("%devices", "%devices [-a] [-s {size,name,device}]"),
     ("%emulate_cuda", "%emulate_cuda [--devices DEVICES]"),
 ]
