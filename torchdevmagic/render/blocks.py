@@ -9,7 +9,8 @@ parsed as markup, so ``'[/bold]'`` or ``[link=...]`` in a name stays literal).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Union
 
 from torchdevmagic._display import (
@@ -116,7 +117,7 @@ class FitTable:
         for i, header in enumerate(t.headers):
             cells = [header, *(row[i] for row in t.rows)]
             if i in t.wrap:
-                width += max(len(word) for cell in cells for word in [*cell.split(), ""])
+                width += max(len(word) for cell in cells for word in _words(cell))
             else:
                 width += max(len(cell) for cell in cells)
         return width
@@ -140,5 +141,44 @@ class FitTable:
                 overflow="fold",
             )
         for row in t.rows:
-            table.add_row(*(Text(cell) for cell in row))
+            table.add_row(*(Figures(c) if i in t.wrap else Text(c) for i, c in enumerate(row)))
         yield table
+
+
+#: the space inside a figure (``0 B``, ``12 params``, ``4.6 MiB``): a number, then its unit
+_FIGURE_SPACE = re.compile(r"(?<=\d) (?=[^\W\d_])")
+
+
+class Figures:
+    """A wrapped table cell for rich that keeps each figure whole: rich wraps at any space
+    (a no-break space too), so ``meta ×2 (0 B)`` could end a line in ``(0``. This breaks
+    at every space but the one between a number and its unit; a word wider than its
+    column is still wrapped by rich."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.words = _words(text)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.cells import cell_len
+        from rich.measure import Measurement
+
+        return Measurement(max(map(cell_len, self.words)), cell_len(self.text))
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.cells import cell_len
+        from rich.text import Text
+
+        lines: list[str] = []
+        for word in self.words:
+            if lines and cell_len(lines[-1]) + 1 + cell_len(word) <= options.max_width:
+                lines[-1] += " " + word
+            else:
+                lines.append(word)
+        yield Text("\n".join(lines))
+
+
+def _words(text: str) -> list[str]:
+    """``text`` split at its spaces, a figure's space kept: ``["meta", "×2", "(0 B);"]``."""
+    marked = _FIGURE_SPACE.sub("\0", text)
+    return [w.replace("\0", " ") for w in marked.split(" ")]
