@@ -1,6 +1,7 @@
 """The module walk against the least pure-Python code that reads the same model.
 
     python benchmarks/bench_modules.py [--blocks 500] [--rounds 31] [--inner 3] [--base REV]
+                                       [--stages]
 
 A model of ``--blocks`` transformer-like blocks (``namespaces.Block``: two LayerNorms, four
 Linears; 7 modules and 12 tensors a block) is scanned as ``%devices`` scans it
@@ -17,7 +18,10 @@ meet the same phase of the machine (see README.md: the VM alternates fast and sl
 The figures: median µs per module of each, and the median over rounds of scan / bare and
 scan / table with their interquartile range. ``--base REV`` also scans with the package at
 git revision REV (its own process, from ``git archive``, as ``ab_scan.py`` does) in the same
-rounds, and prints scan / base-scan: the change's own A/B.
+rounds, and prints scan / base-scan: the change's own A/B. ``--stages`` also times the
+scan's stages alone in the same rounds (the tree walk, the parameter/buffer tables, the
+plain-tensor-attribute pass over every instance dict, the column-wise tensor reads; and
+``modules()`` alone) and prints each / bare: what a faster walk could still win.
 
 The scan does more than either (paths a user
 types, ``model[0].ln1.weight``; no method of the model runs: ``named_modules()`` and
@@ -129,6 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=31)
     parser.add_argument("--inner", type=int, default=3, help="calls per timing")
     parser.add_argument("--base", metavar="REV", help="also scan with the package at REV")
+    parser.add_argument("--stages", action="store_true", help="also time the scan's stages")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -168,6 +173,8 @@ def run(args: argparse.Namespace, base: Any) -> None:
     }
     if base is not None:
         variants["base"] = lambda: ask(base)
+    if args.stages:
+        variants.update({k: timed(f) for k, f in stages(model).items()})
     for f in variants.values():
         f()  # warm-up: imports, per-class caches
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -181,12 +188,36 @@ def run(args: argparse.Namespace, base: Any) -> None:
     for name, ts in times.items():
         us = statistics.median(ts) * 1e6 / modules
         label = f"scan at {args.base}" if name == "base" else name
-        print(f"  {label:>12}: median {statistics.median(ts) * 1e3:7.2f} ms, {us:5.2f} µs a module")
+        print(f"  {label:>16}: median {statistics.median(ts) * 1e3:7.2f} ms, {us:5.2f} µs a module")
     for other in [k for k in ("bare", "table", "base") if k in times]:
         ratios = [s / b for s, b in zip(times["scan"], times[other])]
         q1, median, q3 = quartiles(ratios)
         label = f"scan at {args.base}" if other == "base" else other
         print(f"  scan / {label}: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
+    for name in [k for k in times if k not in ("scan", "bare", "table", "base")]:
+        q1, median, q3 = quartiles([s / b for s, b in zip(times[name], times["bare"])])
+        print(f"  stage {name} / bare: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
+
+
+def stages(model: Any) -> dict[str, Callable[[], object]]:
+    """The scan's stages, each alone on the same model (the walk's own functions)."""
+    from torchdevmagic.safe import batch
+    from torchdevmagic.safe import modules as walk
+    from torchdevmagic.safe.classes import Classifier
+    from torchdevmagic.safe.handles import handles
+
+    tt = handles()
+    assert tt is not None
+    classes = Classifier(tt)
+    namespaces, paths = walk.module_tree(model, "model", classes, set())
+    tensors = walk.owned_tensors(namespaces, paths, classes)[0]
+    return {
+        "modules()": lambda: list(model.modules()),  # the walk bare itself makes
+        "module_tree": lambda: walk.module_tree(model, "model", classes, set()),
+        "owned_tensors": lambda: walk.owned_tensors(namespaces, paths, classes),
+        "plain_attributes": lambda: walk.plain_tensor_attributes(namespaces, paths, classes),
+        "placement": lambda: batch.placement_columns(tensors, tt),
+    }
 
 
 if __name__ == "__main__":
