@@ -3,8 +3,14 @@ Details of a module wrapped inside a figure, ``meta ×2 (0`` / ``B); 12 params (
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
+import pytest
 import torch
 from test_render_lines import rich_lines
 from torch import nn
@@ -15,11 +21,54 @@ from torchdevmagic.render.devices import row_cells
 FIGURE = re.compile(r"\(?\d[\d.,]* [^\W\d_]+\)?")  # a number and its unit: (0 B), 12 params
 
 
-def test_module_details_keep_each_figure_on_one_line_at_80_columns() -> None:
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def namespace() -> dict[str, object]:
     head = nn.Linear(3, 3, device="meta")
     model = nn.Sequential(nn.Linear(2, 4), nn.Linear(3, 3, device="meta"))
-    report = scan({"head": head, "model": model, "x": torch.zeros(16, 3)}, gpus=False)
-    lines = rich_lines(report, 80)
+    return {"head": head, "model": model, "x": torch.zeros(16, 3)}
+
+
+def test_module_details_keep_each_figure_on_one_line_at_80_columns() -> None:
+    report = scan(namespace(), gpus=False)
+    check_figures(rich_lines(report, 80), report)
+
+
+@pytest.mark.slow  # a terminal IPython in a subprocess
+def test_terminal_ipython_keeps_figures_whole_at_80_columns(tmp_path: Path) -> None:
+    """The real terminal front end (``ipython script.ipy``: a TerminalInteractiveShell)."""
+    script = tmp_path / "session.ipy"
+    script.write_text(
+        textwrap.dedent(
+            """
+            %load_ext torchdevmagic
+            import torch
+            from torch import nn
+            head = nn.Linear(3, 3, device="meta")
+            model = nn.Sequential(nn.Linear(2, 4), nn.Linear(3, 3, device="meta"))
+            x = torch.zeros(16, 3)
+            %devices
+            """
+        ),
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "TERM": "dumb"}
+    run = subprocess.run(
+        [sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout
+    check_figures(run.stdout.splitlines(), scan(namespace(), gpus=False))
+
+
+def check_figures(lines: list[str], report: object) -> None:
+    """Every figure of each row's Details is whole on one line of that row's cell."""
     text = "\n".join(lines)
     header = next(i for i, line in enumerate(lines) if line.startswith("Path "))
     column = lines[header].index("Details")
@@ -32,7 +81,7 @@ def test_module_details_keep_each_figure_on_one_line_at_80_columns() -> None:
         cells[list(cells)[-1]].append(line[column:])
     assert set(cells) == {"x", "model", "head"}, text
     assert len(cells["head"]) > 1 and len(cells["model"]) > 1, text  # the Details did wrap
-    for row in report.rows:
+    for row in report.rows:  # type: ignore[attr-defined]
         details = row_cells(row)[-1]
         figures = FIGURE.findall(details)
         assert figures or row.path == "x", details
