@@ -182,8 +182,15 @@ class Runner:
 
 
 def run_case(shell: Any, case: Any) -> Outcome:
-    with tempfile.TemporaryDirectory() as tmp:
-        return Runner(shell, case, Path(tmp)).run()
+    import torch
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            return Runner(shell, case, Path(tmp)).run()
+    finally:
+        # A fix such as torch.set_default_device('cpu') installs a torch function mode for
+        # the rest of the process: later tests must not run under it.
+        torch.set_default_device(None)
 
 
 def _params() -> list[Any]:
