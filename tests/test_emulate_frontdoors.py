@@ -89,6 +89,26 @@ def test_devices_lists_the_emulated_gpus_with_memory(shell: Any, capsys: Any) ->
     assert gpus["cuda:1"].named_bytes == 1024 * 256 * 4
 
 
+@pytest.mark.emulate_swap
+def test_moving_the_cpu_half_after_a_failed_forward_says_free_then_works(shell: Any) -> None:
+    """A split model's forward fails; the stored traceback keeps that run's graph, which
+    holds the CPU half, so the emulated Module.to (swap_tensors) cannot move it. The error
+    names %devices --free, which drops the traceback; then the move and the forward run."""
+    shell.run_line_magic("emulate_cuda", "on")
+    setup = (
+        "import torch\nfrom torch import nn\n"
+        "net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))\nnet[0].to('cuda')\n"
+        "x = torch.randn(3, 4, device='cuda')"
+    )
+    assert shell.run_cell(setup).error_in_exec is None
+    assert isinstance(shell.run_cell("net(x)").error_in_exec, RuntimeError)
+    err = shell.run_cell("net.to('cuda:0')").error_in_exec
+    assert err is not None and "%devices --free" in str(err.__cause__)
+    shell.run_line_magic("devices", "--free")
+    assert shell.run_cell("net.to('cuda:0')\ny = net(x)").error_in_exec is None
+    assert shell.user_ns["y"].device == torch.device("cuda", 0)
+
+
 def test_cuda_time_says_it_times_the_emulated_device_on_the_host(shell: Any) -> None:
     shell.run_line_magic("emulate_cuda", "on")
     shell.run_cell("import torch\nx = torch.randn(64, 64, device='cuda')")

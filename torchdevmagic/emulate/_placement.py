@@ -268,7 +268,9 @@ def swap_standin(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], N
             raise EmulationUnsupported(
                 "moving a CPU parameter onto the emulated GPU swaps it in place "
                 "(torch.utils.swap_tensors), which fails while an autograd graph still holds "
-                "it: del the outputs/losses of earlier CPU runs (or .detach() them), then move"
+                "it: del the outputs/losses of earlier CPU runs (or .detach() them), then move; "
+                "after an error in IPython, the stored traceback holds that run's graph: "
+                "%devices --free drops it"
             ) from exc
 
     return swap_tensors
