@@ -68,7 +68,7 @@ _KEYWORD_VALUES = frozenset({int, float, bool, type(None), torch.dtype})
 def _table() -> frozenset[Any]:
     funcs = set()
     for name in _NAMES:
-        for owner in (torch._C.TensorBase, torch):
+        for owner in (getattr(torch._C, "TensorBase", None) or torch._C._TensorBase, torch):
             func = getattr(owner, name, None)
             if func is not None:
                 funcs.add(func)
