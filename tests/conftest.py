@@ -121,7 +121,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "start() refuses it, see test_emulation_refuses_a_torch_it_cannot_emulate",
     )
     for item in items:
-        if item.path.name.startswith(_EMULATING_FILES):
+        # whole files of emulation tests, and any test taking an ``emu`` fixture (it starts it)
+        if item.path.name.startswith(_EMULATING_FILES) or "emu" in getattr(
+            item, "fixturenames", ()
+        ):
             item.add_marker(pytest.mark.emulate)
     for marker, (works, reason) in skips.items():
         marked = [item for item in items if marker in item.keywords]

@@ -22,6 +22,8 @@ from torchdevmagic.diagnosis import diagnose  # noqa: E402
 from torchdevmagic.emulate import _session  # noqa: E402
 
 MiB = 2**20
+# torch.OutOfMemoryError from 2.4 (what the emulated GPU raises); torch.cuda.OutOfMemoryError before
+OOM_ERROR = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
 
 def run(shell: Any, cell: str) -> Any:
@@ -45,7 +47,7 @@ def emu(shell: Any) -> Any:
 def fails_then_fix_runs(shell: Any, body: str) -> Any:
     """The cell fails with an OOM; the fix, run as printed, lets the same cell run."""
     cell = "%%devcheck\n" + body
-    assert type(run(shell, cell).error_in_exec) is torch.OutOfMemoryError
+    assert type(run(shell, cell).error_in_exec) is OOM_ERROR
     d = shell.run_line_magic("devcheck", "-o")
     assert d is not None and d.kind == "out_of_memory" and d.fix, d
     assert d.fix_lineno is None  # a line to run before the cell, not an edit of it
@@ -64,7 +66,7 @@ def test_an_old_result_in_out_is_freed_then_the_cell_runs(emu: Any) -> None:
     shown = max(emu.user_ns["Out"])
     body = "feats = torch.empty(512 * MiB // 4, device='cuda')"
     # Without the fix the history keeps pinning it: the same cell fails again.
-    assert type(run(emu, "%%devcheck\n" + body).error_in_exec) is torch.OutOfMemoryError
+    assert type(run(emu, "%%devcheck\n" + body).error_in_exec) is OOM_ERROR
     d = fails_then_fix_runs(emu, body)
     assert d.fix == "%devices --free"
     assert f"Out[{shown}] 640 MiB" in d.notes[0] and "no variable holds" in d.notes[0]
@@ -90,7 +92,7 @@ def evaluate():
 
 def test_a_failed_calls_frames_are_freed_then_the_next_cell_runs(emu: Any) -> None:
     run(emu, OOM)
-    assert type(run(emu, "%%devcheck\noom(20)").error_in_exec) is torch.OutOfMemoryError
+    assert type(run(emu, "%%devcheck\noom(20)").error_in_exec) is OOM_ERROR
     first = emu.run_line_magic("devcheck", "-o")
     # The failed call's own frames stay pinned after it (until the next error).
     assert first.fix == "%devices --free" and "<oom>" in first.notes[0]
@@ -126,7 +128,7 @@ def test_del_spares_what_a_function_of_the_cell_reads(emu: Any) -> None:
 def test_a_request_larger_than_the_device_is_a_shape_bug(emu: Any) -> None:
     run(emu, "x = torch.ones(4, 1024, device='cuda')")
     result = run(emu, "%%devcheck\nsim = x.new_empty(2**16, 2**16)")  # 16 GiB on a 1 GiB GPU
-    assert type(result.error_in_exec) is torch.OutOfMemoryError
+    assert type(result.error_in_exec) is OOM_ERROR
     d = emu.run_line_magic("devcheck", "-o")
     assert d.fix is None
     assert "larger than the whole device (1.0 GiB): a shape bug, not memory pressure" in d.notes[0]
@@ -205,14 +207,14 @@ def test_other_cublas_failures_stay_runtime_errors() -> None:
 def test_fragmentation_points_at_expandable_segments(pytorch_errors: list[dict[str, Any]]) -> None:
     by_id = {e["id"]: e for e in pytorch_errors}
     # 2.2-2.3: 1.06 GiB asked, 336.56 MiB free, 1.02 GiB reserved but unallocated.
-    d = diagnosed(by_id["cuda_oom_v2_2_to_2_3"]["example"], torch.OutOfMemoryError)
+    d = diagnosed(by_id["cuda_oom_v2_2_to_2_3"]["example"], OOM_ERROR)
     assert any("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in n for n in d.notes)
     # 1.10-2.0: 20 MiB asked, 11.44 MiB free, 9.76 - 9.45 GiB = 317 MiB cached unused.
     old = diagnosed(by_id["cuda_oom_v1_10_to_2_0"]["example"])
     assert any("expandable_segments" in n for n in old.notes)
     # 2.11+: 25.96 GiB asked, 23.04 GiB free, 3.01 GiB unused in the cache: it would fit too.
-    new = diagnosed(by_id["cuda_oom_v2_11_plus"]["example"], torch.OutOfMemoryError)
+    new = diagnosed(by_id["cuda_oom_v2_11_plus"]["example"], OOM_ERROR)
     assert any("expandable_segments" in n for n in new.notes)
     # 2.4-2.9: 20 MiB asked, 40.75 MiB free: no fragmentation to speak of (17 MiB unused).
-    plain = diagnosed(by_id["cuda_oom_v2_4_to_2_9"]["example"], torch.OutOfMemoryError)
+    plain = diagnosed(by_id["cuda_oom_v2_4_to_2_9"]["example"], OOM_ERROR)
     assert not any("expandable_segments" in n for n in plain.notes)

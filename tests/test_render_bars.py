@@ -188,6 +188,7 @@ def test_a_module_split_across_devices_has_a_bar_per_device_share() -> None:
     assert not [b for b in bars_of(report.to_html()) if b["label"].startswith("whole")]
 
 
+@pytest.mark.emulate
 def test_module_bar_bytes_on_two_emulated_gpus(shell: Any) -> None:
     """Through the front door: %devices -o in a real shell, the emulated GPU's facts."""
     shell.run_cell(

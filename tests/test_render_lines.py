@@ -150,6 +150,7 @@ def test_plain_text_lines_end_without_spaces(shell: Any) -> None:
 
 
 @pytest.mark.slow  # a terminal IPython in a subprocess (~5 s)
+@pytest.mark.emulate  # its script starts two emulated GPUs for the GPU table
 def test_terminal_ipython_prints_no_trailing_spaces(tmp_path: Path) -> None:
     """The real terminal front end (``ipython script.ipy`` runs a TerminalInteractiveShell),
     at two widths; the emulated GPUs give the GPU table."""
