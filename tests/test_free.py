@@ -18,6 +18,8 @@ from IPython.core.error import UsageError
 
 torch = pytest.importorskip("torch")
 
+from _oom_cells import OOM_27600  # noqa: E402
+
 from torchdevmagic.emulate import _session  # noqa: E402
 from torchdevmagic.free import FreeReport  # noqa: E402
 
@@ -93,20 +95,7 @@ def test_free_gives_back_the_traceback_and_an_out_entry_on_the_gpu(emu: Any) -> 
     )
 
 
-# pytorch/pytorch#27600's oom(), scaled: 64 MiB layers on a 1 GiB emulated GPU. The layers are
-# made on the device (the report makes them on the CPU and calls l.to(1)): under emulation an
-# OOM inside Module.to surfaces as torch's "_apply(): Couldn't swap" RuntimeError.
-OOM = """
-import torch
-def oom(n):
-    x = torch.randn(100, 4096, device="cuda")
-    layers = []
-    for i in range(n):
-        l = torch.nn.Linear(4096, 4096, device="cuda")
-        layers.append(l)
-        x = l(x)
-    return x.shape
-"""
+OOM = "\nimport torch" + OOM_27600  # pytorch/pytorch#27600
 
 
 def test_the_call_that_fits_runs_after_free(emu: Any) -> None:

@@ -18,6 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _oom_cells import OOM_27600  # noqa: E402
+
 from torchdevmagic.diagnosis import diagnose  # noqa: E402
 from torchdevmagic.emulate import _session  # noqa: E402
 
@@ -75,19 +77,13 @@ def test_an_old_result_in_out_is_freed_then_the_cell_runs(emu: Any) -> None:
     assert isinstance(emu.user_ns["model"], torch.nn.Linear)
 
 
-# pytorch/pytorch#27600's oom(), scaled (64 MiB layers): its frame keeps the layers made so far.
-OOM = """
-def oom(n):
-    x = torch.randn(100, 4096, device="cuda")
-    layers = []
-    for i in range(n):
-        l = torch.nn.Linear(4096, 4096, device="cuda")
-        layers.append(l)
-        x = l(x)
-    return x.shape
-def evaluate():
+# pytorch/pytorch#27600's oom(): its frame keeps the layers made so far.
+OOM = (
+    OOM_27600
+    + """def evaluate():
     return torch.zeros(256 * MiB // 4, device="cuda").sum()
 """
+)
 
 
 def test_a_failed_calls_frames_are_freed_then_the_next_cell_runs(emu: Any) -> None:
