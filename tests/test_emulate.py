@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from torchdevmagic.emulate import emulate_cuda, start, stop  # noqa: E402
+from torchdevmagic.emulate import _memory, emulate_cuda, start, stop  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +95,10 @@ def test_start_stop_and_refusals() -> None:
     assert torch.cuda.is_available() is False
     with pytest.raises(ValueError, match="positive int"):
         start(devices=0)
+    for memory in ("64MiB", 0, 1.5, True):  # refused at once, not at the first allocation
+        with pytest.raises(ValueError, match=r"^memory must be a positive int of bytes"):
+            start(memory=memory)  # type: ignore[arg-type]
+    assert torch.cuda.is_available() is False
     assert session.count == 3
 
 
@@ -222,6 +226,22 @@ def test_memory_accounting_and_out_of_memory() -> None:
         assert torch.cuda.memory_allocated() == 0
         torch.cuda.empty_cache()
         torch.cuda.synchronize()
+
+
+def test_module_to_counts_its_parameters_once_and_fails_with_cuda_oom() -> None:
+    # nn.Parameter(...) inside Module.to detaches the moved tensor: an alias, not a new
+    # allocation. Counted twice, a 64 MiB weight on a 96 MiB GPU failed as torch's
+    # "_apply(): Couldn't swap Linear.weight" instead of fitting.
+    with emulate_cuda(memory=96 << 20):
+        layer = torch.nn.Linear(4096, 4096).to("cuda")
+        assert layer.weight.device.type == "cuda"
+        assert torch.cuda.memory_allocated() == (4096 * 4096 + 4096) * 4
+        del layer
+    with emulate_cuda(memory=48 << 20):
+        with pytest.raises(RuntimeError) as caught:
+            torch.nn.Linear(4096, 4096).to("cuda")
+        assert type(caught.value) is type(_memory.out_of_memory(0, 1, 0, 1, 0))
+        assert str(caught.value).startswith("CUDA out of memory. Tried to allocate 64.00 MiB.")
 
 
 def test_streams_and_events_keep_host_time(emu: Any) -> None:

@@ -11,7 +11,7 @@ the caching allocator's 2 MiB blocks, and never less than the peak since ``empty
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -39,10 +39,12 @@ class Ledger:
         self.reserved = [0] * count
         self.used = False  # any emulated storage made yet (CUDA would have a context)
 
-    def exact(self) -> list[int]:
+    def exact(self, seen: Optional[set[int]] = None) -> list[int]:
+        """Bytes on each device now; fills ``seen`` with the live storages' keys."""
         from torchdevmagic.emulate._tensor import EmulatedTensor
 
-        seen: set[int] = set()
+        if seen is None:
+            seen = set()
         totals = [0] * len(self.bound)
         for obj in gc.get_objects():
             if type(obj) is EmulatedTensor:
@@ -65,17 +67,23 @@ class Ledger:
     def allocated(self, index: int) -> int:
         return self.exact()[index]
 
-    def add(self, device: torch.device, nbytes: int) -> None:
-        """A fresh storage of ``nbytes`` appeared on ``device``; fail as CUDA would if full."""
+    def add(self, device: torch.device, inner: torch.Tensor) -> None:
+        """``inner`` is about to become an emulated tensor on ``device``; fail as CUDA would
+        if its storage is new and does not fit."""
         __tracebackhide__ = True  # IPython and pytest show the caller
         index = device.index or 0
+        nbytes = inner.nbytes
         self.used = True
         if self.bound[index] + nbytes <= self.capacity:
             self.bound[index] += nbytes
             return
         gc.collect()
-        # Told before the new tensor exists: the walk counts everything but it.
-        allocated = self.exact()[index]
+        # Told before the new tensor exists: the walk counts everything but it. An alias of a
+        # live storage (detach(), as nn.Parameter does inside Module.to) allocates nothing.
+        seen: set[int] = set()
+        allocated = self.exact(seen)[index]
+        if inner.untyped_storage()._cdata in seen:
+            return
         if allocated + nbytes > self.capacity:
             raise out_of_memory(index, nbytes, allocated, self.capacity, self.reserved[index])
         self.bound[index] = allocated + nbytes

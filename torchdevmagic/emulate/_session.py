@@ -57,6 +57,8 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
         )
     if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
         raise ValueError(f"devices must be a positive int (got {devices!r})")
+    if not isinstance(memory, int) or isinstance(memory, bool) or memory < 1:
+        raise ValueError(f"memory must be a positive int of bytes, e.g. 8 << 30 (got {memory!r})")
     if not supported():
         raise EmulationUnsupported(
             f"CUDA emulation needs torch 2.3 or newer (torch.utils.swap_tensors keeps a "

@@ -20,8 +20,8 @@ _META = torch.device("meta")
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _no_torch_function = torch._C.DisableTorchFunction
 
-# Called with the bytes of every fresh emulated storage (set by the session: memory ledger).
-on_new_storage: Optional[Callable[[torch.device, int], None]] = None
+# Called with every fresh emulated tensor's CPU tensor (set by the session: memory ledger).
+on_new_storage: Optional[Callable[[torch.device, torch.Tensor], None]] = None
 
 
 class EmulatedTensor(torch.Tensor):
@@ -144,7 +144,7 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     __tracebackhide__ = True  # IPython and pytest show the caller
     hook = on_new_storage
     if hook is not None and inner._base is None:
-        hook(device, inner.nbytes)
+        hook(device, inner)
     # The hot path: the constructor's keywords, minus the defaults, without __init__.
     t = _make_wrapper(
         EmulatedTensor,
