@@ -232,7 +232,7 @@ def test_diff_with_o_first_time_returns_an_uncompared_diff(shell: Any) -> None:
 
 
 def test_env_with_diff_is_a_usage_error(shell: Any) -> None:
-    with pytest.raises(UsageError, match="--env takes no device, -a, --sort, --top or --diff"):
+    with pytest.raises(UsageError, match="--env and --diff cannot be combined"):
         shell.run_line_magic("devices", "--env --diff")
 
 

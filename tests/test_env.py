@@ -392,7 +392,7 @@ def test_magic_wrong_option_is_usage_error(shell: Any) -> None:
     assert type(result.error_in_exec) is UsageError
     result = shell.run_cell("%devices --env cuda")
     assert type(result.error_in_exec) is UsageError
-    assert "--env takes no device" in str(result.error_in_exec)
+    assert "--env and a DEVICE cannot be combined" in str(result.error_in_exec)
 
 
 def test_magic_help_documents_env(shell: Any) -> None:

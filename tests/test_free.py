@@ -196,7 +196,7 @@ def test_device_filter_and_bad_names(shell: Any) -> None:
     assert report.dropped == ()
     with pytest.raises(UsageError, match="--free takes traceback, Out"):
         shell.run_line_magic("devices", "--free model")
-    with pytest.raises(UsageError, match="not -a/-s/--top"):
+    with pytest.raises(UsageError, match="--free and --top cannot be combined"):
         shell.run_line_magic("devices", "--free --top 3")
     gc.collect()
     assert shell.user_ns["refs"][0]() is not None  # nothing was dropped by those

@@ -111,3 +111,14 @@ def count(text: str) -> int:
 
 
 count.__name__ = "int"
+
+
+def refuse_combined(name: str, mode: str, given: dict[str, bool], takes: str) -> None:
+    """``mode`` was typed with options it does not read: a one-line ``UsageError`` naming the
+    two, never an option silently ignored. ``given`` maps each such option, as typed, to
+    whether the line set it; ``takes`` says what ``mode`` does take."""
+    for option, present in given.items():
+        if present:
+            raise UsageError(
+                f"{name}: {mode} and {option} cannot be combined ({mode} takes {takes})"
+            )

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from torchdevmagic.magics._args import argument, magic_arguments, parse
+from torchdevmagic.magics._args import argument, magic_arguments, parse, refuse_combined
 from torchdevmagic.magics._show import show
 
 SORT_KEYS = ("size", "name", "device")  # report.sort_rows understands these
@@ -41,7 +41,7 @@ class DevicesMagics(Magics):
     @magic_arguments("%devices")
     @argument("device", nargs="?", help="only rows on this device: cpu, cuda, cuda:1, mps, meta")
     @argument("-a", "--all", action="store_true", help="include _private and IPython names")
-    @argument("-s", "--sort", default="size", choices=SORT_KEYS, help="row order (default: size)")
+    @argument("-s", "--sort", default=None, choices=SORT_KEYS, help="row order (default: size)")
     @argument("--top", type=_top, default=None, help="show N rows (default 30; 0 shows all)")
     @argument("--diff", action="store_true", help="what changed since the previous %%devices")
     @argument("--env", action="store_true", help="CUDA environment verdict instead of variables")
@@ -97,6 +97,13 @@ class DevicesMagics(Magics):
             return self._env(args)
         if args.free is not None:
             return self._free(args)
+        # --diff lists changes biggest first: a --sort there would go unread.
+        refuse_combined(
+            "%devices",
+            "--diff",
+            {"--sort": args.diff and args.sort is not None},
+            "a DEVICE, -a, --top, -o",
+        )
         from torchdevmagic.api import scan
 
         report = scan(
@@ -104,7 +111,7 @@ class DevicesMagics(Magics):
             device=parse_device(args.device),
             include_hidden=args.all,
             hidden=shell.user_ns_hidden,
-            sort=args.sort,
+            sort=args.sort or "size",
             top=args.top,
         )
         previous, self._previous = self._previous, report  # kept for the next --diff
@@ -122,17 +129,27 @@ class DevicesMagics(Magics):
         return nothing_to_compare(report) if previous is None else report.diff(previous)
 
     def _env(self, args: Any) -> Any:
-        if args.device or args.all or args.top is not None or args.sort != "size" or args.diff:
-            raise UsageError("--env takes no device, -a, --sort, --top or --diff (only -o)")
+        given = {
+            "a DEVICE": args.device is not None,
+            "--free": args.free is not None,
+            "-a": args.all,
+            "--sort": args.sort is not None,
+            "--top": args.top is not None,
+            "--diff": args.diff,
+        }
+        refuse_combined("%devices", "--env", given, "only -o")
         from torchdevmagic.env import check_environment
 
         return self._finish(check_environment(), args.output)
 
     def _free(self, args: Any) -> Any:
-        if args.all or args.top is not None or args.sort != "size" or args.diff:
-            raise UsageError(
-                "--free takes a DEVICE and holders to drop (and -o), not -a/-s/--top/--diff"
-            )
+        given = {
+            "-a": args.all,
+            "--sort": args.sort is not None,
+            "--top": args.top is not None,
+            "--diff": args.diff,
+        }
+        refuse_combined("%devices", "--free", given, "a DEVICE, holders to drop and -o")
         from torchdevmagic.free import choose, free_memory
 
         try:

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from torchdevmagic.magics._args import argument, magic_arguments, parse
+from torchdevmagic.magics._args import argument, magic_arguments, parse, refuse_combined
 
 ACTIONS = ("on", "off", "status")
 
@@ -33,8 +33,8 @@ class EmulateMagics(Magics):
 
     @magic_arguments("%emulate_cuda")
     @argument("action", nargs="?", default="status", help="on, off or status (default)")
-    @argument("--devices", type=_positive("N"), default=1, help="emulated GPUs (default 1)")
-    @argument("--memory", type=_positive("GiB"), default=16, help="GiB per GPU (default 16)")
+    @argument("--devices", type=_positive("N"), default=None, help="emulated GPUs (default 1)")
+    @argument("--memory", type=_positive("GiB"), default=None, help="GiB per GPU (default 16)")
     @argument("-o", "--output", action="store_true", help="return the status object")
     @line_magic
     def emulate_cuda(self, line: str = "") -> Any:
@@ -59,6 +59,9 @@ class EmulateMagics(Magics):
         action = str(args.action).lower()
         if action not in ACTIONS:
             raise UsageError(f"unknown action {args.action!r}: use on, off or status")
+        if action != "on":  # the sizes of GPUs that off/status do not start
+            given = {"--devices": args.devices is not None, "--memory": args.memory is not None}
+            refuse_combined("%emulate_cuda", action, given, "only -o")
         from torchdevmagic.emulate import _session
         from torchdevmagic.emulate._status import status
 
@@ -87,7 +90,9 @@ class EmulateMagics(Magics):
                 f"CUDA emulation is already on ({running.count} GPU(s)): %emulate_cuda off first"
             )
         try:
-            self._started = _session.start(int(args.devices), int(args.memory * (1 << 30)))
+            self._started = _session.start(
+                int(args.devices or 1), int((args.memory or 16) * (1 << 30))
+            )
         except EmulationUnsupported as exc:
             raise UsageError(str(exc)) from None
 
