@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fixrun import fails_then_fixed, finding_fix_runs, has_finding  # noqa: E402
+
 from torchdevmagic.emulate import _session  # noqa: E402
 
 
@@ -18,29 +20,6 @@ def emu(shell: Any) -> Any:
     shell.run_line_magic("emulate_cuda", "on --devices 2")
     yield shell
     _session.stop()
-
-
-def fails_then_fixed(
-    shell: Any, setup: str, body: str, message: str, exc: type = RuntimeError
-) -> Any:
-    assert shell.run_cell(setup).error_in_exec is None
-    cell = "%%devcheck\n" + body
-    result = shell.run_cell(cell)
-    err = result.error_in_exec
-    assert type(err) is exc, err
-    assert str(err) == message
-    d = shell.run_line_magic("devcheck", "-o")
-    assert d is not None and d.fix, d
-    if d.fix_lineno is None:
-        assert shell.run_cell(d.fix).error_in_exec is None, d.fix
-        fixed = cell
-    else:
-        lines = cell.splitlines()
-        lines[d.fix_lineno - 1] = d.fix
-        fixed = "\n".join(lines)
-    again = shell.run_cell(fixed)
-    assert again.error_in_exec is None, (d.fix, again.error_in_exec)
-    return d
 
 
 def got(name: str, arg: str, common: str, method: str) -> str:
@@ -291,20 +270,18 @@ def test_devices_optimizer_state_fix_keeps_the_state(emu: Any) -> None:
     )
     assert emu.run_cell(setup).error_in_exec is None
     before = [s["momentum_buffer"].clone() for s in emu.user_ns["opt"].state.values()]
-    report = emu.run_line_magic("devices", "-o")
-    (finding,) = [f for f in report.findings if f.code == "optimizer_state_device"]
-    assert finding.fix == "opt.load_state_dict(opt.state_dict())"
-    lines = str(report).splitlines()
+    finding, text = finding_fix_runs(
+        emu, "optimizer_state_device", "opt.load_state_dict(opt.state_dict())"
+    )
+    lines = text.splitlines()
     i = lines.index(f"    fix: {finding.fix}")
     assert lines[i + 1].strip().startswith("load_state_dict moves each state tensor")
-    assert emu.run_cell(finding.fix).error_in_exec is None
     state = emu.user_ns["opt"].state
     after = [s["momentum_buffer"] for s in state.values()]
     assert all(t.device.type == "cuda" for t in after)
     assert all(torch.equal(a.cpu(), b) for a, b in zip(after, before))  # the state is kept
     assert emu.run_cell("opt.step()").error_in_exec is None
-    again = emu.run_line_magic("devices", "-o")
-    assert not [f for f in again.findings if f.code == "optimizer_state_device"]
+    assert not has_finding(emu, "optimizer_state_device")
 
 
 def test_devices_split_across_gpu_and_cpu_fix_moves_the_cpu_part(emu: Any) -> None:
@@ -320,10 +297,7 @@ def test_devices_split_across_gpu_and_cpu_fix_moves_the_cpu_part(emu: Any) -> No
     # Seen by %devices before the forward fails. (After a failed forward, the emulator's
     # swap_tensors refuses to move the CPU half while the stored traceback's graph holds it,
     # and says so; a real GPU's Module.to does not swap.)
-    report = emu.run_line_magic("devices", "-o")
-    (finding,) = [f for f in report.findings if f.code == "split_module"]
-    assert finding.fix == "net.to('cuda:0')"
-    assert emu.run_cell(finding.fix).error_in_exec is None
+    finding_fix_runs(emu, "split_module", "net.to('cuda:0')")
     assert emu.user_ns["net"][0].weight is emu.user_ns["first"]  # the trained part untouched
     assert emu.run_cell("y = net(torch.randn(3, 4, device='cuda'))").error_in_exec is None
 
@@ -338,10 +312,7 @@ def test_devices_grad_tensor_on_the_cpu_fix_runs(emu: Any) -> None:
     assert emu.run_cell(setup).error_in_exec is None
     step = "loss = (model(torch.randn(3, 4, device='cuda')) * w).sum()\nloss.backward()"
     assert emu.run_cell(step).error_in_exec is not None
-    report = emu.run_line_magic("devices", "-o")
-    (finding,) = [f for f in report.findings if f.code == "grad_tensor_on_cpu"]
-    assert finding.fix == "w = w.detach().to('cuda:0').requires_grad_()"
-    assert emu.run_cell(finding.fix).error_in_exec is None
+    finding_fix_runs(emu, "grad_tensor_on_cpu", "w = w.detach().to('cuda:0').requires_grad_()")
     assert emu.run_cell(step).error_in_exec is None
     assert emu.user_ns["w"].grad is not None and emu.user_ns["w"].is_leaf
 

@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fixrun import finding_fix_runs, has_finding  # noqa: E402
+
 # huggingface/transformers#30703: a model built on the meta device, a checkpoint loaded with
 # assign=True that lacks one part; .to() then fails with "Cannot copy out of meta tensor".
 # Here the checkpoint lacks lm_head (tied or saved apart in the report).
@@ -31,33 +33,24 @@ ids = torch.tensor([[1, 2, 3]])
 """
 
 
-def _finding(shell: Any, code: str) -> Any:
-    report = shell.run_line_magic("devices", "-o")
-    found = [f for f in report.findings if f.code == code]
-    assert len(found) == 1, report
-    return found[0], str(report)
-
-
 def test_split_model_fix_empties_only_the_meta_part(shell: Any) -> None:
     assert shell.run_cell(META_LOADED).error_in_exec is None
     assert shell.run_cell("m(ids)").error_in_exec is not None  # the meta head fails
-    finding, text = _finding(shell, "split_module")
-    assert finding.fix == "m.lm_head.to_empty(device='cpu', recurse=False)"
-    assert f"    fix: {finding.fix}" in text.splitlines()
-    assert "then load or re-initialise m.lm_head" in text
     trained = {
         k: v.clone() for k, v in shell.user_ns["m"].state_dict().items() if k in shell.user_ns["w"]
     }
-    assert shell.run_cell(finding.fix).error_in_exec is None
+    finding, text = finding_fix_runs(
+        shell, "split_module", "m.lm_head.to_empty(device='cpu', recurse=False)"
+    )
+    assert f"    fix: {finding.fix}" in text.splitlines()
+    assert "then load or re-initialise m.lm_head" in text
     m = shell.user_ns["m"]
     assert all(torch.equal(m.state_dict()[k], v) for k, v in trained.items())  # kept
     assert {p.device.type for p in m.parameters()} == {"cpu"}
     # The hint done (re-initialise the head), the model runs.
     assert shell.run_cell("m.lm_head.reset_parameters()\nout = m(ids)").error_in_exec is None
     assert shell.user_ns["out"].shape == (1, 3, 10)
-    assert not [
-        f for f in shell.run_line_magic("devices", "-o").findings if f.code == "split_module"
-    ]
+    assert not has_finding(shell, "split_module")
 
 
 def test_split_sequential_fix_names_the_odd_index(shell: Any) -> None:
@@ -68,9 +61,7 @@ def test_split_sequential_fix_names_the_odd_index(shell: Any) -> None:
         "first = split[0].weight.clone()"
     )
     assert shell.run_cell(setup).error_in_exec is None
-    finding, _ = _finding(shell, "split_module")
-    assert finding.fix == "split[2].to_empty(device='cpu', recurse=False)"
-    assert shell.run_cell(finding.fix).error_in_exec is None
+    finding_fix_runs(shell, "split_module", "split[2].to_empty(device='cpu', recurse=False)")
     assert shell.run_cell("assert torch.equal(split[0].weight, first)").error_in_exec is None
     assert shell.run_cell("y = split(torch.randn(3, 4))").error_in_exec is None
 
@@ -91,9 +82,7 @@ def test_split_with_a_parameter_of_the_top_module_on_meta(shell: Any) -> None:
         "w = net.lin.weight.clone()"
     )
     assert shell.run_cell(setup).error_in_exec is None
-    finding, _ = _finding(shell, "split_module")
-    assert finding.fix == "net.to_empty(device='cpu', recurse=False)"
-    assert shell.run_cell(finding.fix).error_in_exec is None
+    finding_fix_runs(shell, "split_module", "net.to_empty(device='cpu', recurse=False)")
     assert shell.run_cell("assert torch.equal(net.lin.weight, w)").error_in_exec is None
     assert (
         shell.run_cell("nn.init.ones_(net.scale); y = net(torch.randn(3, 4))").error_in_exec is None

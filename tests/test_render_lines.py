@@ -4,16 +4,13 @@ spaces in text or rich output; each table header is the word of the field it sho
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from _gpu_fakes import FakeCuda, FakeGpu, FakePynvml, GiB, fake_torch
+from _terminal import run_terminal_ipython
 from torch import nn
 
 from torchdevmagic._format import format_bytes, format_dtype, format_shape
@@ -25,7 +22,6 @@ from torchdevmagic.render import devices as words
 from torchdevmagic.render.blocks import Table
 from torchdevmagic.timing import cuda_time
 
-ROOT = Path(__file__).resolve().parents[1]
 UUIDS = ("GPU-aaaaaaaa-1111-2222-3333-444444444444", "GPU-bbbbbbbb-1111-2222-3333-444444444444")
 
 
@@ -154,38 +150,26 @@ def test_plain_text_lines_end_without_spaces(shell: Any) -> None:
 def test_terminal_ipython_prints_no_trailing_spaces(tmp_path: Path) -> None:
     """The real terminal front end (``ipython script.ipy`` runs a TerminalInteractiveShell),
     at two widths; the emulated GPUs give the GPU table."""
-    script = tmp_path / "session.ipy"
-    script.write_text(
-        textwrap.dedent(
-            """
-            %load_ext torchdevmagic
-            import os, torch
-            from torch import nn
-            from torchdevmagic.emulate import start
-            start(devices=2)
-            model = nn.Sequential(nn.Linear(40, 80), nn.ReLU(), nn.Linear(80, 2)).to("cuda")
-            model[2].to("cuda:1")
-            batch = {"input_ids": torch.ones(32, 128, dtype=torch.long, device="cuda")}
-            os.environ["COLUMNS"] = "60"
-            %devices
-            %devices --env
-            os.environ["COLUMNS"] = "160"
-            %devices -a
-            %devices --env
-            print("END-OF-SESSION")
-            """
-        ),
-        encoding="utf-8",
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "60", "TERM": "dumb"}
-    run = subprocess.run(
-        [sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        env=env,
-        cwd=tmp_path,
+    run = run_terminal_ipython(
+        tmp_path,
+        """
+        %load_ext torchdevmagic
+        import os, torch
+        from torch import nn
+        from torchdevmagic.emulate import start
+        start(devices=2)
+        model = nn.Sequential(nn.Linear(40, 80), nn.ReLU(), nn.Linear(80, 2)).to("cuda")
+        model[2].to("cuda:1")
+        batch = {"input_ids": torch.ones(32, 128, dtype=torch.long, device="cuda")}
+        os.environ["COLUMNS"] = "60"
+        %devices
+        %devices --env
+        os.environ["COLUMNS"] = "160"
+        %devices -a
+        %devices --env
+        print("END-OF-SESSION")
+        """,
+        columns=60,
     )
     out = run.stdout
     assert run.returncode == 0 and "END-OF-SESSION" in out, run.stderr[-3000:] + out

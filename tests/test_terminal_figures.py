@@ -3,15 +3,12 @@ Details of a module wrapped inside a figure, ``meta ×2 (0`` / ``B); 12 params (
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from _terminal import run_terminal_ipython
 from test_render_lines import rich_lines
 from torch import nn
 
@@ -19,9 +16,6 @@ from torchdevmagic.api import scan
 from torchdevmagic.render.devices import row_cells
 
 FIGURE = re.compile(r"\(?\d[\d.,]* [^\W\d_]+\)?")  # a number and its unit: (0 B), 12 params
-
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def namespace() -> dict[str, object]:
@@ -38,30 +32,18 @@ def test_module_details_keep_each_figure_on_one_line_at_80_columns() -> None:
 @pytest.mark.slow  # a terminal IPython in a subprocess
 def test_terminal_ipython_keeps_figures_whole_at_80_columns(tmp_path: Path) -> None:
     """The real terminal front end (``ipython script.ipy``: a TerminalInteractiveShell)."""
-    script = tmp_path / "session.ipy"
-    script.write_text(
-        textwrap.dedent(
-            """
-            %load_ext torchdevmagic
-            import torch
-            from torch import nn
-            head = nn.Linear(3, 3, device="meta")
-            model = nn.Sequential(nn.Linear(2, 4), nn.Linear(3, 3, device="meta"))
-            x = torch.zeros(16, 3)
-            %devices
-            """
-        ),
-        encoding="utf-8",
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "TERM": "dumb"}
-    run = subprocess.run(
-        [sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        env=env,
-        cwd=tmp_path,
+    run = run_terminal_ipython(
+        tmp_path,
+        """
+        %load_ext torchdevmagic
+        import torch
+        from torch import nn
+        head = nn.Linear(3, 3, device="meta")
+        model = nn.Sequential(nn.Linear(2, 4), nn.Linear(3, 3, device="meta"))
+        x = torch.zeros(16, 3)
+        %devices
+        """,
+        columns=80,
     )
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout
     check_figures(run.stdout.splitlines(), scan(namespace(), gpus=False))

@@ -1,0 +1,48 @@
+"""Running the fixes the tool prints, as a user would, in a real shell: a ``%devices``
+finding's fix line, and a ``%%devcheck`` cell's fix applied where the tool says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def finding_fix_runs(shell: Any, code: str, fix: str) -> tuple[Any, str]:
+    """``%devices -o`` has one finding ``code``; its fix is ``fix``, and running it works.
+    Returns the finding and the report's text as printed before the fix."""
+    report = shell.run_line_magic("devices", "-o")
+    found = [f for f in report.findings if f.code == code]
+    assert len(found) == 1, report
+    finding = found[0]
+    assert finding.fix == fix, finding.fix
+    assert shell.run_cell(finding.fix).error_in_exec is None, finding.fix
+    return finding, str(report)
+
+
+def has_finding(shell: Any, code: str) -> bool:
+    return any(f.code == code for f in shell.run_line_magic("devices", "-o").findings)
+
+
+def fails_then_fixed(
+    shell: Any, setup: str, body: str, message: str, exc: type = RuntimeError
+) -> Any:
+    """``setup`` runs; ``%%devcheck`` + ``body`` fails with ``exc(message)``; the fix goes in
+    (a line replaced in the cell, or a line run first) and the cell then runs. Returns the
+    Diagnosis."""
+    assert shell.run_cell(setup).error_in_exec is None
+    cell = "%%devcheck\n" + body
+    result = shell.run_cell(cell)
+    err = result.error_in_exec
+    assert type(err) is exc, err
+    assert str(err) == message
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d is not None and d.fix, d
+    if d.fix_lineno is None:
+        assert shell.run_cell(d.fix).error_in_exec is None, d.fix
+        fixed = cell
+    else:
+        lines = cell.splitlines()
+        lines[d.fix_lineno - 1] = d.fix
+        fixed = "\n".join(lines)
+    again = shell.run_cell(fixed)
+    assert again.error_in_exec is None, (d.fix, again.error_in_exec)
+    return d
