@@ -149,6 +149,47 @@ def _mismatch_plan(culprits: list[cp.Value], tracer: Tracer, to_cpu: bool) -> Op
     return next((p for p in plans if p is not None), None)
 
 
+def _meta_model_plan(
+    culprits: list[cp.Value], values: list[cp.Value], target: str, namespace: Any
+) -> Optional[Plan]:
+    """Data met a model wholly on ``meta`` (built under accelerate's ``init_empty_weights`` or
+    ``torch.device("meta")``): moving the data to meta would run and compute nothing, a meta
+    tensor has no values. The model gets memory where the data is and values in it:
+    ``to_empty``, then each layer's ``reset_parameters``. Not when the user's own device
+    variable names meta: that notebook put everything on meta on purpose."""
+    if fx.device_type(target) != "meta" or not culprits or not culprits[0].devices:
+        return None
+    chosen = fx.device_variable(namespace)
+    if chosen is not None and fx.device_type(chosen[1]) == "meta":
+        return None
+    real = culprits[0].devices[0]
+    if fx.device_type(real) == "meta":
+        return None
+    models = [
+        v
+        for v in values
+        if v.kind == "module"
+        and not v.split
+        and {fx.device_type(d) for d in v.devices} == {"meta"}
+        and not v.expression.startswith("self.")
+        and v.expression.replace(".", "").replace("_", "").isalnum()
+    ]
+    if not models:
+        return None
+    e = min(models, key=lambda v: (v.expression.count("."), v.expression)).expression
+    dev = fx.device_expression(real, namespace)
+    fix = (
+        f"{e}.to_empty(device={dev})"
+        '.apply(lambda m: m.reset_parameters() if hasattr(m, "reset_parameters") else None)'
+    )
+    why = (
+        f"{e} is wholly on meta (shapes, no values): moving the data there computes nothing; "
+        f"the fix gives it memory on {real} and fresh weights (trained ones: "
+        f"{e}.load_state_dict(...) after to_empty)"
+    )
+    return Plan(fix, note=why)
+
+
 def _plain_attribute_notes(culprits: list[cp.Value]) -> list[str]:
     notes = []
     for v in culprits:
@@ -234,7 +275,8 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     culprits = unique(innermost(frames, odd))
     tracer = Tracer(frames, namespace, target)
     rows = [culprit_row(v) for v in culprits]
-    plan = _mismatch_plan(culprits, tracer, bool(forced))
+    plan = _meta_model_plan(culprits, everything, target, namespace)
+    plan = plan or _mismatch_plan(culprits, tracer, bool(forced))
     if not culprits and frames:
         anonymous = tracer.anonymous_plan(frames[-1])
         if anonymous is not None:
@@ -249,7 +291,8 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     notes = [plan.note] if plan is not None and plan.note else []
     notes += _plain_attribute_notes(culprits)
     summary = _mismatch_summary(match, rows, culprits, target, others, notes)
-    context = [v for v in relevant if v not in culprits]
+    shown = {v.object_id for v in culprits}  # a culprit under its inner name too
+    context = [v for v in relevant if v.object_id not in shown]
     fields = with_plan(dict(c.base, fix=None), plan)
     return Diagnosis(
         summary=summary,
@@ -275,7 +318,8 @@ def dtype_mismatch(c: Ctx) -> Diagnosis:
         return v.kind != "module" and any(d != target for d in v.dtypes if d in mentioned)
 
     culprits = unique(innermost(c.frames, odd)) or [v for v in relevant if odd(v)]
-    context = [v for v in relevant if v not in culprits]
+    shown = {v.object_id for v in culprits}  # a culprit under its inner name too
+    context = [v for v in relevant if v.object_id not in shown]
     dt = fx.dtype_literal(target)
     plan = _dtype_plan(culprits, c.frames, dt)
     names = ", ".join(v.expression for v in culprits) or "an operand"

@@ -110,9 +110,16 @@ def norm_dtype(text: str) -> str:
     return _SCALAR_TYPES.get(low, low)
 
 
+_LEGACY_BACKEND = re.compile(r"\btorch\.([a-z]\w*)\.")
+
+
 def legacy_type_device(type_name: str) -> str:
-    """``torch.cuda.FloatTensor -> cuda``; ``torch.FloatTensor``/``float`` -> ``cpu``."""
-    return "cuda" if ".cuda." in type_name else "cpu"
+    """``torch.cuda.FloatTensor -> cuda``, ``torch.meta.FloatTensor -> meta`` (what
+    ``Tensor.type()`` says); ``torch.FloatTensor``/``torch.sparse.FloatTensor``/``float`` ->
+    ``cpu``."""
+    m = _LEGACY_BACKEND.search(type_name)
+    backend = m.group(1) if m else ""
+    return backend if backend and backend != "sparse" else "cpu"
 
 
 _SIZE = re.compile(r"([\d.]+)\s*(B|KiB|MiB|GiB|TiB|PiB|EiB|KB|MB|GB|TB|EB)\b")
