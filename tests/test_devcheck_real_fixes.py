@@ -158,6 +158,27 @@ model = Slots().to(DEVICE)
         ),
     ),
     Case(
+        "sampler_file_with_a_global_model",  # tracing.ref_device's last resort: a literal
+        # A script's sampler: the model is a global of the file, the function takes a count;
+        # no argument, local, module argument or self names a device, so the fix writes it.
+        "constructed: a sampling helper file whose model is a module global",
+        PRE + "import sampler\nsampler.place(DEVICE)\n",
+        "y = sampler.sample(3)",
+        "device_mismatch",
+        "z",
+        helper=(
+            "sampler.py",
+            "import torch\n"
+            "from torch import nn\n"
+            "model = nn.Linear(4, 2)\n"
+            "def place(device):\n"
+            "    model.to(device)\n"
+            "def sample(n):\n"
+            "    z = torch.randn(n, 4)\n"
+            "    return model(z)\n",
+        ),
+    ),
+    Case(
         "noise_in_a_notebook_function",  # tracing.ref_device: the notebook's DEVICE
         "constructed: a sampler function of the notebook, no tensor argument",
         PRE
@@ -183,3 +204,11 @@ def test_a_helper_given_the_model_writes_its_device_not_a_literal(shell: Any) ->
     (case,) = [c for c in VARIANTS if c.name == "noise_in_a_helper_given_the_model"]
     outcome = run_case(shell, case)
     assert outcome.fix == "H = torch.zeros(n, 4, device=next(model.parameters()).device)"
+
+
+def test_a_helper_with_no_device_source_writes_the_device_literal(shell: Any) -> None:
+    # tracing.ref_device's last resort, printed and then run by test_fix_variant above.
+    (case,) = [c for c in VARIANTS if c.name == "sampler_file_with_a_global_model"]
+    outcome = run_case(shell, case)
+    assert outcome.fix == "z = torch.randn(n, 4, device='meta')", outcome.fix
+    assert outcome.solved, outcome.detail

@@ -4,6 +4,7 @@ device, no CUDA here, device-side asserts (out of memory: :mod:`.oom`)."""
 from __future__ import annotations
 
 import ast
+import types
 from typing import Any, Optional
 
 from torchdevmagic.diagnosis import culprits as cp
@@ -97,16 +98,69 @@ def deserialize(c: Ctx) -> Diagnosis:
     if "device_count" in match.details:
         location = f'"{backend}:0"'
     inner = frames[-1] if frames else None
-    plan = _line_plan(c, fx.map_location_fix(inner.stmt if inner else None, location))
-    if plan is None:
-        plan = Plan(f"torch.load(path, map_location={location})")
+    stmt = inner.stmt if inner else None
+    fix = fx.map_location_fix(stmt, location)
+    if fix is None and inner is not None and stmt is not None:
+        fix = _wrapper_map_location(inner, stmt, location, c.torch)
+    plan = _line_plan(c, fix)
+    notes = []
+    if plan is None:  # the load is inside a call that takes no map_location: no line to write
+        notes.append(
+            f"the checkpoint is read inside a library call: load it with torch.load(f, "
+            f"map_location={location}), or give that call its map-location option"
+        )
     verdict = c.env_verdict(match)
+    notes += [verdict] if verdict else []
     return Diagnosis(
         summary=f"the checkpoint's tensors were saved on {backend}, absent in this process",
         culprits=(),
-        notes=(verdict,) if verdict else (),
+        notes=tuple(notes),
         **with_plan(dict(c.base, fix=None), plan),
     )
+
+
+def _wrapper_map_location(fr: Any, stmt: ast.stmt, location: str, torch: Any) -> Optional[str]:
+    """The failing line calls a function that loads the checkpoint (Lightning's
+    ``load_from_checkpoint``, a helper of a library): ``map_location=`` added to that call
+    when the function's own code names such a parameter. Only the code object is read."""
+    import copy
+
+    from torchdevmagic.diagnosis.resolve import MISSING, Resolver, is_reference
+
+    f = fr.frame
+    resolver = Resolver(f.f_locals, f.f_globals, torch)
+    new = copy.deepcopy(stmt)
+    for node in ast.walk(new):
+        if not isinstance(node, ast.Call) or not is_reference(node.func):
+            continue
+        if any(k.arg == "map_location" or k.arg is None for k in node.keywords):
+            continue
+        target = resolver.resolve(node.func)
+        code = _code_of(target) if target is not MISSING else None
+        if (
+            code is not None
+            and "map_location" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        ):
+            value = ast.parse(location, mode="eval").body
+            node.keywords.append(ast.keyword("map_location", value))
+            return ast.unparse(new)
+    return None
+
+
+def _code_of(obj: Any) -> Any:
+    """The code object of a plain function, method, classmethod or staticmethod, read by the
+    base types' own descriptors (no attribute of the object's class runs)."""
+    for _ in range(3):
+        kind = type(obj)
+        if kind is types.FunctionType:
+            return types.FunctionType.__dict__["__code__"].__get__(obj)
+        if kind is types.MethodType:
+            obj = types.MethodType.__dict__["__func__"].__get__(obj)
+        elif kind is classmethod or kind is staticmethod:
+            obj = kind.__dict__["__func__"].__get__(obj)
+        else:
+            return None
+    return None
 
 
 def no_cuda(c: Ctx) -> Diagnosis:
