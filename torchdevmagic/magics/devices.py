@@ -58,7 +58,8 @@ class DevicesMagics(Magics):
     def devices(self, line: str = "") -> Any:
         """Show where your tensors, modules and optimizers live, and what each GPU holds.
 
-        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [--diff] [-o]
+        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [-o]
+               %devices [DEVICE] --diff [-a] [--top N] [-o]
                %devices --env [-o]
                %devices [DEVICE] --free [traceback|Out|Out[N]|_ ...] [-o]
 
