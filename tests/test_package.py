@@ -39,8 +39,9 @@ def _our_magics(shell: Any) -> set[tuple[str, str]]:
     found = set()
     for kind, table in shell.magics_manager.magics.items():
         for name, fn in table.items():
-            owner = getattr(fn, "__self__", None)
-            if owner is not None and type(owner).__module__.startswith("torchdevmagic"):
+            owner = getattr(fn, "__self__", None)  # a made instance's method, or at load
+            module = type(owner).__module__ if owner is not None else fn.__module__  # a stub
+            if module.startswith("torchdevmagic"):
                 found.add((kind, name))
     return found
 
@@ -113,3 +114,40 @@ def test_readme_links_work_on_a_package_index_page() -> None:
     )
     relative = [t for t in targets if not re.match(r"(https?://|#)", t)]
     assert relative == []
+
+
+def test_a_magic_is_made_at_first_use_and_unloaded_with_what_it_hooked(_ipython: Any) -> None:
+    """Loading registers thin functions (issue 17: %load_ext no costlier than autotime); the
+    first use puts the real methods in their place, and unloading takes back the methods,
+    the thin functions left and the hooks ``%cuda_time on`` added, but not a user's magic."""
+    from torchdevmagic.magics import MAGICS, implementation
+
+    shell, manager = _ipython, _ipython.magics_manager
+    callbacks = {event: len(fns) for event, fns in shell.events.callbacks.items()}
+    shell.extension_manager.load_extension("torchdevmagic")
+    try:
+        assert all(not hasattr(fn, "__self__") for fn in _tables(manager, MAGICS))
+        for magic in MAGICS:  # what %magic lists is the method's own first line
+            doc = implementation(magic).__doc__.splitlines()[0]
+            assert manager.lsmagic_docs(brief=True)[magic.kind][magic.name] == doc
+        shell.run_line_magic("cuda_time", "on")
+        line, cell = manager.magics["line"]["cuda_time"], manager.magics["cell"]["cuda_time"]
+        assert line.__self__ is cell.__self__ is manager.registry["CudaTimeMagics"]
+        assert not hasattr(manager.magics["line"]["devices"], "__self__")  # not used yet
+        assert len(shell.events.callbacks["post_run_cell"]) == callbacks["post_run_cell"] + 1
+        shell.register_magic_function(lambda line: "mine", "line", "devices")
+    finally:
+        shell.extension_manager.unload_extension("torchdevmagic")
+    try:
+        assert {event: len(fns) for event, fns in shell.events.callbacks.items()} == callbacks
+        assert manager.magics["line"]["devices"]("") == "mine"  # the user's stays
+        assert (
+            "cuda_time" not in manager.magics["line"] and "devcheck" not in manager.magics["cell"]
+        )
+        assert not {"CudaTimeMagics", "DevicesMagics"} & set(manager.registry)
+    finally:
+        del manager.magics["line"]["devices"]
+
+
+def _tables(manager: Any, magics: Any) -> list[Any]:
+    return [manager.magics[m.kind][m.name] for m in magics]

@@ -70,6 +70,9 @@ def parser_of(magic: Callable[..., Any]) -> Any:
     """The magic's ``MagicArgumentParser``, built at the first call (a magic decorated with
     IPython's own ``magic_arguments`` has one already)."""
     func: Any = getattr(magic, "__func__", magic)
+    lazy = getattr(func, "implementation", None)
+    if lazy is not None:  # registered at load, before its module was imported
+        func = lazy()
     parser = func.__dict__.get("parser")
     if parser is None:
         from IPython.core.magic_arguments import MagicArgumentParser
