@@ -42,10 +42,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from ab_scan import ask, quartiles, source_of  # noqa: E402 - the scripts' own folder
 
 
 def _model(blocks: int) -> Any:
-    sys.path.insert(0, str(HERE))
     from namespaces import Block
     from torch import nn
 
@@ -68,9 +70,6 @@ def worker(blocks: int, inner: int) -> None:
 
 
 def base_process(rev: str, tmp: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
-    sys.path.insert(0, str(HERE))
-    from ab_scan import source_of
-
     src = source_of(rev, tmp)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker"]
     cmd += ["--blocks", str(args.blocks), "--inner", str(args.inner)]
@@ -78,13 +77,6 @@ def base_process(rev: str, tmp: Path, args: argparse.Namespace) -> subprocess.Po
     return subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=src
     )
-
-
-def ask(proc: subprocess.Popen[str]) -> float:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("run\n")
-    proc.stdin.flush()
-    return float(proc.stdout.readline())
 
 
 def bare(model: Any) -> dict[Any, int]:
@@ -120,11 +112,6 @@ def table(model: Any) -> tuple[list[tuple[str, Any, Any]], dict[Any, int], int]:
                 if g is not None:
                     by_device[g.device] = by_device.get(g.device, 0) + g.untyped_storage().nbytes()
     return rows, by_device, params
-
-
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
 
 
 def main() -> None:
@@ -211,13 +198,26 @@ def stages(model: Any) -> dict[str, Callable[[], object]]:
     classes = Classifier(tt)
     namespaces, paths = walk.module_tree(model, "model", classes, set())
     tensors = walk.owned_tensors(namespaces, paths, classes)[0]
-    return {
+    found: dict[str, Callable[[], object]] = {
         "modules()": lambda: list(model.modules()),  # the walk bare itself makes
         "module_tree": lambda: walk.module_tree(model, "model", classes, set()),
         "owned_tensors": lambda: walk.owned_tensors(namespaces, paths, classes),
         "plain_attributes": lambda: walk.plain_tensor_attributes(namespaces, paths, classes),
         "placement": lambda: batch.placement_columns(tensors, tt),
     }
+    return {name: _gc_paused(stage) for name, stage in found.items()}
+
+
+def _gc_paused(stage: Callable[[], object]) -> Callable[[], object]:
+    """``stage`` with the cyclic collector paused, as the scan runs it (``gc_paused``): a
+    stage that allocates would otherwise pay for collections the scan never has."""
+    from torchdevmagic.scanning import gc_paused
+
+    def paused() -> object:
+        with gc_paused():
+            return stage()
+
+    return paused
 
 
 if __name__ == "__main__":
