@@ -40,7 +40,8 @@ class EmulateMagics(Magics):
     def emulate_cuda(self, line: str = "") -> Any:
         """Emulate CUDA GPUs on the CPU: code written for a GPU runs, and fails where a GPU would.
 
-        Usage: %emulate_cuda on|off|status [--devices N] [--memory GiB] [-o]
+        Usage: %emulate_cuda on [--devices N] [--memory GiB] [-o]
+               %emulate_cuda off|status [-o]
 
         While on, torch.cuda.is_available() is True and tensors put on "cuda" / "cuda:N"
         compute on the CPU (the same values) but report their CUDA device; mixing devices
