@@ -244,6 +244,25 @@ def test_module_to_counts_its_parameters_once_and_fails_with_cuda_oom() -> None:
         assert str(caught.value).startswith("CUDA out of memory. Tried to allocate 64.00 MiB.")
 
 
+def test_out_of_memory_reports_free_memory_as_cuda_does_after_releasing_its_cache() -> None:
+    # The allocator frees its unused cached blocks before it raises: what the message calls
+    # free is the capacity less what stays reserved, as mem_get_info says right after.
+    with emulate_cuda(memory=64 << 20):
+        big = torch.empty(40 << 20, dtype=torch.uint8, device="cuda")
+        keep = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+        assert torch.cuda.memory_reserved() == 44 << 20  # 2 MiB blocks
+        del big  # 40 MiB now cached: reserved, not allocated
+        assert torch.cuda.memory_reserved() == 44 << 20
+        with pytest.raises(RuntimeError) as caught:
+            torch.empty(62 << 20, dtype=torch.uint8, device="cuda")
+        text = str(caught.value)
+        assert "Tried to allocate 62.00 MiB. GPU 0 has a total capacity of 64.00 MiB" in text
+        assert "of which 60.00 MiB is free." in text, text
+        assert "3.00 MiB is allocated by PyTorch, and 1.00 MiB is reserved" in text, text
+        assert torch.cuda.mem_get_info() == (60 << 20, 64 << 20)
+        del keep
+
+
 def test_streams_and_events_keep_host_time(emu: Any) -> None:
     s = torch.cuda.Stream()
     start_evt = torch.cuda.Event(enable_timing=True)

@@ -85,6 +85,9 @@ class Ledger:
         if inner.untyped_storage()._cdata in seen:
             return
         if allocated + nbytes > self.capacity:
+            # CUDA's caching allocator frees its unused cached blocks and retries before it
+            # gives up: what stays reserved is the blocks in use.
+            self.reserved[index] = -(-allocated // _BLOCK) * _BLOCK
             raise out_of_memory(index, nbytes, allocated, self.capacity, self.reserved[index])
         self.bound[index] = allocated + nbytes
 
@@ -96,7 +99,7 @@ class Ledger:
 
 
 def out_of_memory(index: int, size: int, allocated: int, capacity: int, reserved: int) -> Any:
-    free = max(capacity - allocated, 0)
+    free = max(capacity - reserved, 0)  # the device's free memory: what nothing reserves
     unallocated = max(reserved - allocated, 0)
     text = (
         f"CUDA out of memory. Tried to allocate {format_size(size)}. GPU {index} has a total "
