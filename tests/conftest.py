@@ -122,7 +122,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
     for item in items:
         # whole files of emulation tests, and any test taking an ``emu`` fixture (it starts it)
-        if item.path.name.startswith(_EMULATING_FILES) or "emu" in getattr(
+        # (test_emulate_support.py is the refusal test that runs where emulation is refused)
+        emulating = item.path.name.startswith(_EMULATING_FILES)
+        if (emulating and item.path.name != "test_emulate_support.py") or "emu" in getattr(
             item, "fixturenames", ()
         ):
             item.add_marker(pytest.mark.emulate)

@@ -3,7 +3,8 @@
 A TorchFunctionMode sees every torch call before dispatch: factories with ``device="cuda"``,
 ``.to(...)``, ``.cuda()``, ``.cpu()``, and the RNN entry points (whose device check, in
 RNN.cpp, runs above the ops we see in ``__torch_dispatch__``). Moves between devices are
-autograd Functions, so gradients flow back to the device they came from.
+copies of the CPU tensors recorded by autograd, so gradients flow back to the device they
+came from.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from typing import Any, Callable, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-from torchdevmagic.emulate import _fast
+from torchdevmagic.emulate._function import handle
 from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, inner_of, wrap
 
 _CPU = torch.device("cpu")
-_PURE = _fast.PURE
-_SKIP = _fast.SKIP
+_function_modes = torch._C._len_torch_function_stack
 
 
 class Devices:
@@ -52,56 +52,41 @@ class Devices:
         return torch.device("cuda", index)
 
 
-class _ToEmulated(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, device: torch.device, dtype: Any) -> Any:
-        ctx.source = device_of(x)
-        ctx.dtype = x.dtype
-        inner = inner_of(x).to(dtype=dtype, copy=True)
-        return wrap(inner, device)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return _move(grad, ctx.source, ctx.dtype), None, None
-
-
-class _ToCpu(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dtype: Any) -> Any:
-        ctx.source = device_of(x)
-        ctx.dtype = x.dtype
-        return inner_of(x).to(dtype=dtype, copy=True)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return _move(grad, ctx.source, ctx.dtype), None
-
-
-def _move(t: Any, device: torch.device, dtype: Any) -> Any:
-    inner = inner_of(t).to(dtype=dtype, copy=True)
-    return inner if device.type == "cpu" else wrap(inner, device)
-
-
 def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bool = False) -> Any:
-    """``x.to(target, dtype)`` with the emulated GPU standing in for CUDA."""
+    """``x.to(target, dtype)`` with the emulated GPU standing in for CUDA. The copy of the CPU
+    tensor is recorded by autograd where ``x`` needs a graph: gradients flow back."""
     __tracebackhide__ = True  # IPython and pytest show the caller
     source = device_of(x)
     dtype = x.dtype if dtype is None else dtype
-    if source == target:
-        if dtype == x.dtype and not copy:
-            return x
-        with torch._C.DisableTorchFunction():
-            return torch.Tensor.to(x, dtype=dtype, copy=copy)
+    if source == target and dtype == x.dtype and not copy:
+        return x
     if target.type == "cuda":
-        if x.requires_grad and torch.is_grad_enabled():
-            return _ToEmulated.apply(x, target, dtype)
         return wrap(inner_of(x).to(dtype=dtype, copy=True), target)
     if target.type == "cpu" and type(x) is EmulatedTensor:
-        if x.requires_grad and torch.is_grad_enabled():
-            return _ToCpu.apply(x, dtype)
         return inner_of(x).to(dtype=dtype, copy=True)
     with torch._C.DisableTorchFunction():
-        return torch.Tensor.to(inner_of(x), target, dtype)
+        return torch.Tensor.to(inner_of(x), target, dtype, copy=copy)
+
+
+def move_without_session(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """``.to()``, ``.cuda()``, ``.cpu()`` of an emulated tensor with no session on (kept from
+    an earlier one): ``cuda`` is ``cuda:0``, as no device was made current."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    x = args[0]
+    dtype, copy = None, False
+    if func is torch.Tensor.cpu:
+        device: Any = _CPU
+    elif func is torch.Tensor.cuda:
+        device = args[1] if len(args) > 1 else kwargs.get("device")
+        device = "cuda" if device is None else device
+    else:
+        device, dtype, copy = _parse_to(args[1:], kwargs)
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = torch.device("cuda", device)
+    target = device_of(x) if device is None else torch.device(device)
+    if target.type == "cuda" and target.index is None:
+        target = torch.device("cuda", 0)
+    return to_device(x, target, dtype, copy)
 
 
 class PlacementMode(TorchFunctionMode):
@@ -128,10 +113,6 @@ class PlacementMode(TorchFunctionMode):
     ) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         kwargs = kwargs or {}
-        if func in _PURE:  # elementwise math and the like: above dispatch when it can
-            out = _fast.run(func, args, kwargs)
-            if out is not _SKIP:
-                return out
         handler = self.handlers.get(func)
         if handler is not None:
             return handler(func, args, kwargs)
@@ -139,7 +120,9 @@ class PlacementMode(TorchFunctionMode):
             target = self.devices.resolve(kwargs["device"])
             if target is not None:
                 return self._factory(func, args, kwargs, target)
-        return func(*args, **kwargs)
+        if _function_modes():  # a user's torch function mode underneath sees our tensors
+            return func(*args, **kwargs)
+        return handle(func, args, kwargs)
 
     def _factory(self, func: Any, args: Any, kwargs: dict[str, Any], target: torch.device) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
@@ -147,7 +130,7 @@ class PlacementMode(TorchFunctionMode):
         grad = bool(kwargs.pop("requires_grad", False)) if "requires_grad" in kwargs else None
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
-        out = func(*args, **kwargs)
+        out = func(*[inner_of(a) for a in args], **kwargs)
         if isinstance(out, torch.Tensor) and type(out) is not EmulatedTensor:
             result = wrap(out.detach() if out.requires_grad else out, target)
             if grad:

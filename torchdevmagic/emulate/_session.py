@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import torch
 
-from torchdevmagic.emulate import _parallel, _patches, _serialize, _special, _tensor
+from torchdevmagic.emulate import _autograd, _parallel, _patches, _serialize, _special, _tensor
 from torchdevmagic.emulate._cuda import MEMORY_NAMES, CudaStandIns
 from torchdevmagic.emulate._memory import Ledger
 from torchdevmagic.emulate._placement import Devices, PlacementMode, swap_standin
@@ -135,6 +135,9 @@ def _apply(session: Session) -> None:
             p.append(types, _tensor.EmulatedTensor)
     _tensor.on_new_storage = session.ledger.add
     p.call(_clear_hooks)
+    # A user's autograd Function records its node in the CPU graph of emulated tensors.
+    function = torch.autograd.Function
+    p.set(function, "apply", _autograd.apply_standin(function.__dict__["apply"].__func__))
     _serialization(p, session.count)
     _collectives(p, session.cuda.Stream)
     p.set(torch, "compile", _patches.compile_standin(torch.compile))

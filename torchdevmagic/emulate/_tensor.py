@@ -1,6 +1,8 @@
 """The emulated-CUDA tensor: CPU data, a CUDA face.
 
-A wrapper subclass holds a plain CPU tensor (``_inner``) and runs every aten op on it. Its
+A wrapper subclass holds a plain CPU tensor (``_inner``) and runs every op on it: torch
+calls at the torch function level (``_function``, autograd on the CPU tensor), the rest
+(mixes of devices, a user's dispatch mode) as aten ops in ``__torch_dispatch__``. Its
 C++-visible device is ``meta``: a CPU build has no device guard for ``cuda``, and a wrapper
 made with ``device="cuda"`` aborts the process in autograd. The Python-visible device (the
 ``device`` property, ``is_cuda``, ``repr``) is ``cuda:N``, kept in the instance dict under
@@ -41,11 +43,13 @@ class EmulatedTensor(torch.Tensor):
             dtype=inner.dtype,
             layout=inner.layout,
             device=_META,
-            requires_grad=requires_grad,
         )
         d = t.__dict__
         d["_inner"] = inner
         d["_emulated_device"] = device
+        if requires_grad:
+            inner.requires_grad_(True)  # autograd lives on the CPU tensor
+            _function.track(t)
         return t
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -126,7 +130,12 @@ class EmulatedTensor(torch.Tensor):
     ) -> EmulatedTensor:
         return EmulatedTensor(inner_tensors["_inner"], ctx)
 
-    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        return _function.handle(func, args, kwargs or {})
 
     @classmethod
     def __torch_dispatch__(  # type: ignore[override]
@@ -153,6 +162,7 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
         storage_offset=inner.storage_offset(),
         dtype=inner.dtype,
         device=_META,
+        requires_grad=inner.requires_grad,  # mirrored: autograd lives on the CPU tensor
     )
     d = t.__dict__
     d["_inner"] = inner
@@ -231,3 +241,6 @@ def device_of(t: torch.Tensor) -> torch.device:
     if type(t) is EmulatedTensor:
         return cast(torch.device, t.__dict__["_emulated_device"])
     return torch.Tensor.device.__get__(t)
+
+
+from torchdevmagic.emulate import _function  # noqa: E402  (it builds on this module)

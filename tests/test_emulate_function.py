@@ -1,5 +1,6 @@
-"""The emulated GPU's short way for pure ops (torchdevmagic/emulate/_fast.py): taken only
-where it cannot differ from the usual way through ``__torch_dispatch__``, and equal to it."""
+"""Ops on one emulated GPU at the torch function level (torchdevmagic/emulate/_function.py):
+equal to the usual way through ``__torch_dispatch__`` and to the CPU, bit for bit; mixes,
+a user's modes and forward-mode AD as before."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torchdevmagic.emulate import _fast, _tensor, emulate_cuda, stop  # noqa: E402
+from torchdevmagic.emulate import _function, _tensor, emulate_cuda, stop  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -22,9 +23,9 @@ def _never_left_on() -> Any:
 
 @pytest.fixture(autouse=True)
 def _no_earlier_function_modes() -> Any:
-    # The short way steps aside for any other torch function mode, torch.set_default_device's
-    # too; an earlier test module that leaves one on (tests/test_devcheck_real.py did) must not
-    # decide these tests. Popped for each test and put back after it, in order.
+    # A user's torch function mode (torch.set_default_device's too) sees emulated tensors; an
+    # earlier test module that leaves one on (tests/test_devcheck_real.py did) must not decide
+    # these tests. Popped for each test and put back after it, in order.
     with contextlib.ExitStack() as stack:
         while torch._C._len_torch_function_stack():
             stack.enter_context(torch.overrides._pop_mode_temporarily())
@@ -52,11 +53,14 @@ class _Dispatches:
 
 
 def _usual_way(monkeypatch: Any) -> None:
-    monkeypatch.setattr(_fast, "run", lambda func, args, kwargs: _fast.SKIP)
+    monkeypatch.setattr(_function, "handle", _function.usual)
+    from torchdevmagic.emulate import _placement
+
+    monkeypatch.setattr(_placement, "handle", _function.usual)
 
 
 def _calls(a: Any, b: Any) -> list[tuple[str, Any]]:
-    """One call per op in the table, methods and torch functions, tensors and scalars."""
+    """Calls of pure ops (the former short way's table), methods and torch functions."""
     pos = a.abs() + 0.5
     return [
         ("a + 1", lambda: a + 1),
@@ -102,52 +106,72 @@ def _facts(t: Any) -> tuple[Any, ...]:
     return (type(t), t.device, t.shape, t.stride(), t.dtype, t.requires_grad, inner._base is None)
 
 
-def test_every_op_of_the_table_equals_the_usual_way_bit_for_bit(emu: Any, monkeypatch: Any) -> None:
+def test_pure_ops_equal_the_usual_way_and_the_cpu_bit_for_bit(emu: Any, monkeypatch: Any) -> None:
     torch.manual_seed(0)
     a = torch.randn(4, 5).cuda()
     b = torch.rand(4, 5).add(0.5).cuda()
     dispatches = _Dispatches(monkeypatch)
-    fast = []
+    above = []
     for name, call in _calls(a, b):
         before = dispatches.count
-        fast.append((name, call()))
-        assert dispatches.count == before, f"{name} took the usual way"
+        above.append((name, call()))
+        assert dispatches.count == before, f"{name} went down into __torch_dispatch__"
+    on_cpu = [call() for _, call in _calls(a.cpu(), b.cpu())]
     _usual_way(monkeypatch)
-    for (name, got), (_, call) in zip(fast, _calls(a, b)):
+    for (name, got), (_, call), cpu in zip(above, _calls(a, b), on_cpu):
         before = dispatches.count
         want = call()
         assert dispatches.count > before, name
         assert _facts(got) == _facts(want), name
         g, w = got.__dict__["_inner"], want.__dict__["_inner"]
-        assert torch.equal(g, w) or (g.isnan() == w.isnan()).all(), name
+        for other in (w, cpu):
+            assert torch.equal(g, other) or (g.isnan() == other.isnan()).all(), name
 
 
-def test_the_memory_ledger_counts_fast_results(emu: Any) -> None:
+def test_views_in_place_out_and_containers_keep_their_wrappers(emu: Any) -> None:
+    a = torch.arange(6.0, device="cuda:1")
+    before = emu.ledger.bound[1]
+    v = a.view(2, 3)
+    assert v.device == torch.device("cuda:1") and v.__dict__["_inner"]._base is not None
+    assert emu.ledger.bound[1] == before  # a view allocates nothing
+    assert a.add_(1) is a and torch.equal(v.cpu(), torch.arange(1.0, 7.0).view(2, 3))
+    out = torch.empty(6, device="cuda:1")
+    assert torch.add(a, a, out=out) is out
+    top = v.max(dim=1)
+    assert type(top).__name__ == "max" and top.values.device == torch.device("cuda:1")
+    assert [t.device.index for t in v.split(1)] == [1, 1]
+    assert [row.device.index for row in v] == [1, 1]  # Tensor.__iter__
+    assert v.t().is_contiguous() is False and v.t().shape == (3, 2)
+    assert a.type() == "torch.cuda.FloatTensor" and a.type(torch.float64).device.index == 1
+
+
+def test_the_memory_ledger_counts_results(emu: Any) -> None:
     a = torch.zeros(1024, device="cuda")
     before = emu.ledger.bound[0]
     kept = a + 1
     assert emu.ledger.bound[0] == before + kept.nbytes
 
 
-def test_autograd_mixes_and_modes_take_the_usual_way(emu: Any, monkeypatch: Any) -> None:
+def test_graphs_mixes_and_modes(emu: Any, monkeypatch: Any) -> None:
     dispatches = _Dispatches(monkeypatch)
     a = torch.randn(3, device="cuda", requires_grad=True)
-    y = a * 2  # records a graph: the usual way
-    assert dispatches.count and y.grad_fn is not None
+    y = a * 2  # records a graph on the CPU tensor, above dispatch
+    assert not dispatches.count and y.grad_fn is not None and y.requires_grad
     y.sum().backward()
+    assert not dispatches.count, "backward ran Python per op"
     assert torch.equal(a.grad.cpu(), torch.full((3,), 2.0))
-    with torch.no_grad():  # no graph: the short way
-        before = dispatches.count
+    with torch.no_grad():
         z = a * 2
-        assert dispatches.count == before and z.grad_fn is None and not z.requires_grad
-    before = dispatches.count
+        assert z.grad_fn is None and not z.requires_grad
     b = torch.ones(3, device="cuda:1")
     with pytest.raises(RuntimeError, match=re.escape("cuda:0 and cuda:1!")):
         a.detach() + b  # two emulated GPUs: CUDA's own error, from the usual way
     with pytest.raises(RuntimeError, match="cuda:0 and cpu!"):
         a.detach() + torch.ones(3)
+    with pytest.raises(RuntimeError, match="cuda:0 and cpu!"):
+        a + torch.ones(3)  # recording a graph too
     assert a.detach() + torch.tensor(1.0) is not None  # a 0-dim CPU tensor: allowed on CUDA
-    assert dispatches.count > before
+    assert dispatches.count
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -160,19 +184,22 @@ def test_autograd_mixes_and_modes_take_the_usual_way(emu: Any, monkeypatch: Any)
 
     c = a.detach()
     with Recorder():
-        c + 1  # a user's dispatch mode sees the emulated tensor, as without the short way
+        c + 1  # a user's dispatch mode sees the emulated tensor
     assert seen and seen[0][1][0] is _tensor.EmulatedTensor
 
 
-def test_forward_ad_takes_the_usual_way(emu: Any, monkeypatch: Any) -> None:
+def test_forward_ad_equals_the_cpu(emu: Any) -> None:
     import torch.autograd.forward_ad as fwad
 
-    dispatches = _Dispatches(monkeypatch)
-    a = torch.randn(3, device="cuda")
-    with fwad.dual_level():
-        before = dispatches.count
-        a + 1
-        assert dispatches.count > before
+    torch.manual_seed(0)
+    x, t = torch.randn(5), torch.randn(5)
+    results = []
+    for device in ("cpu", "cuda"):
+        with fwad.dual_level():
+            dual = fwad.make_dual(x.to(device), t.to(device))
+            primal, tangent = fwad.unpack_dual((dual.sin() * dual).sum())
+            results.append((primal.device.type, tangent.cpu()))
+    assert results[1][0] == "cuda" and torch.equal(results[0][1], results[1][1])
 
 
 def test_a_users_torch_function_mode_underneath_sees_emulated_tensors() -> None:

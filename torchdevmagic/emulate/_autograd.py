@@ -1,0 +1,120 @@
+"""A user's ``torch.autograd.Function`` on emulated tensors, its node in the CPU graph.
+
+Autograd lives on the CPU tensors inside emulated tensors, but ``Function.apply`` runs below
+the torch function level: given the emulated tensors themselves it would record nothing. So
+while emulating, ``Function.apply`` with an emulated argument applies a bridge Function to
+the CPU tensors instead (its node joins the CPU graph, ``needs_input_grad`` as the user's),
+and the bridge runs the user's ``forward`` on the emulated arguments and the user's
+``backward`` on emulated gradients, each on the device of its output. ``nn.DataParallel``'s
+Broadcast/Gather/Scatter are such Functions.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch.autograd import function as _function_module
+from torch.autograd.function import Function
+
+from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
+
+_EMU = EmulatedTensor
+_local = threading.local()  # .pending: the emulated arguments of the applies running
+_bridges: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+# (torch 2.1, where emulation is refused, has no setup_context)
+_is_setup_context_defined: Callable[[Any], bool] = getattr(
+    _function_module, "_is_setup_context_defined", lambda fn: False
+)
+
+
+def _inner(x: Any) -> Any:
+    return x.__dict__["_inner"] if type(x) is _EMU else x
+
+
+def _device(x: Any) -> Any:
+    return x.__dict__["_emulated_device"] if type(x) is _EMU else None
+
+
+def _user_backward(cls: Any) -> Callable[..., Any]:
+    if cls.vjp is not Function.vjp and cls.backward is Function.backward:
+        return cls.vjp  # type: ignore[no-any-return]
+    return cls.backward  # type: ignore[no-any-return]
+
+
+def _bridge(cls: type) -> Any:
+    bridge: Any = _bridges.get(cls)
+    if bridge is not None:
+        return bridge
+    user: Any = cls
+
+    def forward(ctx: Any, *inner_args: Any) -> Any:
+        frame = _local.pending[-1]
+        args = frame[0]
+        if _is_setup_context_defined(user.setup_context):
+            out = user.forward(*args)
+            user.setup_context(ctx, args, out)
+        else:
+            out = user.forward(ctx, *args)
+        outs = out if isinstance(out, tuple) else (out,)
+        ctx._emulated_outputs = [_device(o) for o in outs]
+        for name in ("dirty_tensors", "non_differentiable"):
+            marked = getattr(ctx, name, None)
+            if marked:
+                setattr(ctx, name, tuple(_inner(t) for t in marked))
+        frame[1] = outs
+        return tuple(_inner(o) for o in outs) if isinstance(out, tuple) else _inner(out)
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        devices = ctx._emulated_outputs
+        outer = [
+            wrap(g, dev) if dev is not None and isinstance(g, torch.Tensor) else g
+            for g, dev in zip(grads, devices)
+        ]
+        result = _user_backward(user)(ctx, *outer)
+        if isinstance(result, tuple):
+            return tuple(_inner(r) for r in result)
+        return _inner(result)
+
+    bridge = type(
+        f"Emulated{cls.__name__}",
+        (Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+    )
+    _bridges[cls] = bridge
+    return bridge
+
+
+def apply_standin(original: Any) -> Any:
+    """``Function.apply`` while emulating (``original``: the classmethod's function)."""
+
+    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        if kwargs or not any(type(a) is _EMU for a in args):
+            return original(cls, *args, **kwargs)
+        stack = getattr(_local, "pending", None)
+        if stack is None:
+            stack = _local.pending = []
+        frame: list[Any] = [args, ()]
+        stack.append(frame)
+        try:
+            out = _bridge(cls).apply(*[_inner(a) for a in args])
+        finally:
+            stack.pop()
+        users = frame[1]
+        if isinstance(out, tuple):
+            return tuple(_outer(r, o) for r, o in zip(out, users))
+        return _outer(out, users[0])
+
+    return classmethod(apply)
+
+
+def _outer(result: Any, user_out: Any) -> Any:
+    """The user's own emulated output for the CPU tensor the bridge returned."""
+    if type(user_out) is not _EMU:
+        return result
+    if user_out.__dict__["_inner"] is result:
+        return user_out
+    return wrap(result, user_out.__dict__["_emulated_device"])

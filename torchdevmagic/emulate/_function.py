@@ -1,0 +1,386 @@
+"""Ops on emulated tensors, run at the torch function level on their CPU tensors.
+
+Every torch call that sees an emulated tensor comes here (from the placement mode, or from
+``EmulatedTensor.__torch_function__`` when the mode is off). When its tensor arguments are
+emulated tensors on one device, the call runs on their CPU tensors, with autograd on: the
+CPU tensors carry ``requires_grad``, ``grad_fn`` and ``.grad``, so the forward records a
+native CPU graph and ``backward()`` runs in C++ with no Python per backward op. Results are
+wrapped on that device; in-place and ``out=`` ops return their own argument.
+
+Anything else takes the usual way, down through the dispatcher into
+``EmulatedTensor.__torch_dispatch__``, which refuses a mix as CUDA does, with its messages:
+a CPU tensor (0-dim ones too, which only some kernels accept), two emulated devices, a user's
+dispatch mode. A mix CUDA allows (a CPU index, ``copy_`` across devices) that records a graph
+runs twice: once the usual way on copies, under ``no_grad``, for the check, then on the CPU
+tensors with autograd on.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from torchdevmagic.emulate import _rules
+from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
+
+_EMU = EmulatedTensor
+_Tensor = torch.Tensor
+_no_subclass = torch._C.DisableTorchFunctionSubclass
+_no_torch_function = torch._C.DisableTorchFunction
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_grad_enabled = torch.is_grad_enabled
+_CPU = torch.device("cpu")
+_tuple_iterator = type(iter(()))
+_PLAIN = frozenset({int, float, bool, complex, str, type(None), torch.dtype, slice})
+
+
+def _take(x: Any, st: list[Any]) -> Any:
+    """The CPU tensor for ``x`` (containers too); ``st`` = [device, mixed, inputs]."""
+    kind = type(x)
+    if kind is _EMU:
+        d = x.__dict__
+        dev = d["_emulated_device"]
+        if st[0] is None:
+            st[0] = dev
+        elif dev != st[0]:
+            st[1] = True
+        st[2].append(x)
+        return d["_inner"]
+    if kind is tuple or kind is list:
+        return kind(_take(y, st) for y in x)
+    if isinstance(x, _Tensor):
+        st[1] = True
+        st[3].append(x)
+    return x
+
+
+def handle(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``func`` for emulated tensors (see the module's docstring)."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    special = SPECIAL.get(func)
+    if special is not None and args and type(args[0]) is _EMU:
+        return special(func, args, kwargs)
+    return generic(func, args, kwargs)
+
+
+def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``handle`` without the special cases."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    inputs: list[Any] = []
+    st: list[Any] = [None, False, inputs, []]  # device, mixed, emulated inputs, other tensors
+    new_args = []
+    for a in args:  # _take, inlined for the common arguments
+        kind = type(a)
+        if kind is _EMU:
+            d = a.__dict__
+            dev = d["_emulated_device"]
+            if st[0] is None:
+                st[0] = dev
+            elif dev != st[0]:
+                st[1] = True
+            inputs.append(a)
+            new_args.append(d["_inner"])
+        elif kind in _PLAIN:
+            new_args.append(a)
+        else:
+            new_args.append(_take(a, st))
+    new_kwargs = {k: _take(v, st) for k, v in kwargs.items()} if kwargs else kwargs
+    device = st[0]
+    if device is None:
+        return func(*args, **kwargs)
+    if st[1]:
+        return _mixed(func, args, kwargs, (new_args, new_kwargs), st)
+    if _dispatch_modes() and not (_grad_enabled() and _needs_grad(st[2])):
+        return usual(func, args, kwargs)  # a user's dispatch mode sees the emulated tensors
+    try:
+        out = func(*new_args, **new_kwargs)
+    except NotImplementedError as exc:
+        raise _rules.no_cpu_kernel(func, exc) from None
+    if type(out) is _Tensor:
+        for w in inputs:
+            if w.__dict__["_inner"] is out:
+                return w  # in-place and out= ops return their argument
+        return wrap(out, device)
+    return _wrap_out(out, inputs, (), device)
+
+
+def usual(func: Any, args: Any, kwargs: Any) -> Any:
+    """``func`` the usual way: through the dispatcher into ``__torch_dispatch__``."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    with _no_subclass():
+        return func(*args, **kwargs)
+
+
+def _needs_grad(tensors: list[Any]) -> bool:
+    for t in tensors:
+        inner = t.__dict__["_inner"] if type(t) is _EMU else t
+        if inner.requires_grad:
+            return True
+    return False
+
+
+_INPLACE_DUNDERS = frozenset(
+    f"__i{op}__"
+    for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
+) | {"__ilshift__", "__irshift__", "__imatmul__", "__setitem__"}
+
+
+def _writes(func: Any, kwargs: Any) -> bool:
+    """Might ``func`` write into an argument? (in-place methods, ``out=``, ``x[i] = v``)"""
+    name = getattr(func, "__name__", "")
+    return (
+        "out" in kwargs
+        or (name.endswith("_") and not name.endswith("__"))
+        or name in _INPLACE_DUNDERS
+    )
+
+
+def _copies(x: Any) -> Any:
+    kind = type(x)
+    if kind is _EMU:
+        d = x.__dict__
+        return wrap(d["_inner"].detach().clone(), d["_emulated_device"])
+    if kind is tuple or kind is list:
+        return kind(_copies(y) for y in x)
+    if isinstance(x, _Tensor):
+        return x.detach().clone()
+    return x
+
+
+def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if not (_grad_enabled() and (_needs_grad(st[2]) or _needs_grad(st[3]))):
+        return usual(func, args, kwargs)  # checks as CUDA does, computes, wraps
+    with torch.no_grad():
+        if _writes(func, kwargs):  # the check must not write twice
+            usual(func, _copies(args), _copies(kwargs))
+        else:
+            usual(func, args, kwargs)
+    out = func(*new[0], **new[1])  # a mix CUDA allows: record the graph on the CPU
+    return _wrap_out(out, st[2], st[3], st[0])
+
+
+def _wrap_out(out: Any, inputs: list[Any], others: Any, device: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if isinstance(out, _Tensor):
+        for w in inputs:
+            if w.__dict__["_inner"] is out:
+                return w  # in-place and out= ops return their argument
+        for t in others:
+            if t is out:
+                return t  # written into a CPU tensor (copy_)
+        return wrap(out, device)
+    kind = type(out)
+    if kind is tuple or kind is list:
+        return kind(_wrap_out(o, inputs, others, device) for o in out)
+    if isinstance(out, tuple):  # torch.return_types (structseq) and named tuples
+        items = [_wrap_out(o, inputs, others, device) for o in out]
+        return kind(*items) if hasattr(out, "_fields") else kind(items)
+    if kind is _tuple_iterator:  # Tensor.__iter__
+        return iter(tuple(_wrap_out(o, inputs, others, device) for o in out))
+    return out
+
+
+# -- the autograd face: .grad, hooks ------------------------------------------------------
+def _grad_get(func: Any, args: Any, kwargs: Any) -> Any:
+    # One emulated tensor per CPU gradient: p.grad is p.grad, as on a GPU. It is kept as the
+    # wrapper's own .grad, where C++ and torchdevmagic's scanner read it (from the first read
+    # on: backward itself runs no Python).
+    t = args[0]
+    d = t.__dict__
+    g = d["_inner"].grad
+    with _no_torch_function():
+        kept = _grad_descriptor.__get__(t)
+    if g is None:
+        if kept is not None:
+            _mirror_grad(t, None)
+        return None
+    if kept is not None and kept.__dict__["_inner"] is g:
+        return kept
+    return _mirror_grad(t, wrap(g, d["_emulated_device"]))
+
+
+def _mirror_grad(t: Any, grad: Any) -> Any:
+    with _no_torch_function():
+        _grad_descriptor.__set__(t, grad)
+    return grad
+
+
+def _grad_set(func: Any, args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    t, value = args[0], args[1] if len(args) > 1 else None
+    d = t.__dict__
+    if value is None:
+        d["_inner"].grad = None
+        _mirror_grad(t, None)
+        return
+    if isinstance(value, _Tensor):
+        mine, theirs = d["_emulated_device"], value.device
+        if theirs.type != "cuda":
+            raise RuntimeError(
+                f"attempting to assign a gradient with device type '{theirs.type}' to a "
+                "tensor with device type 'cuda'. Please ensure that the gradient and the "
+                "tensor are on the same device"
+            )
+        if theirs != mine:
+            raise RuntimeError(
+                f"attempting to assign a gradient located on device with index "
+                f"'{theirs.index}' to a tensor located on device with index '{mine.index}'. "
+                "Please ensure that the gradient and the tensor are on the same device"
+            )
+    d["_inner"].grad = value.__dict__["_inner"] if type(value) is _EMU else value
+    _mirror_grad(t, value)
+
+
+def track(t: Any) -> None:
+    """Mirror the CPU tensor's ``requires_grad`` on the wrapper (torchdevmagic's scanner and
+    C++ read the wrapper's own)."""
+    with _no_torch_function():
+        _requires_grad_.__get__(t)(t.__dict__["_inner"].requires_grad)
+
+
+def _requires_grad_set(func: Any, args: Any, kwargs: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    t = args[0]
+    out = func(t.__dict__["_inner"], *args[1:], **kwargs)
+    track(t)
+    return t if func is not _requires_grad_descriptor.__set__ else out
+
+
+def _grad_delete(func: Any, args: Any, kwargs: Any) -> None:
+    _grad_set(func, (args[0], None), {})
+
+
+def _register_hook(func: Any, args: Any, kwargs: Any) -> Any:
+    t, hook = args[0], args[1] if len(args) > 1 else kwargs["hook"]
+    device = t.__dict__["_emulated_device"]
+
+    def on_grad(grad: Any) -> Any:
+        out = hook(wrap(grad, device))
+        return out.__dict__["_inner"] if type(out) is _EMU else out
+
+    return t.__dict__["_inner"].register_hook(on_grad)
+
+
+class _Link:
+    """What a CPU leaf's post-accumulate hook reaches its emulated tensor through: the hook
+    holds a weak reference to this, which the tensor's dict holds (a hook that held the
+    tensor itself would keep it alive for good, unseen by the garbage collector)."""
+
+    __slots__ = ("__weakref__", "outer")
+
+    def __init__(self, outer: Any) -> None:
+        self.outer = outer
+
+
+def _register_post_accumulate(func: Any, args: Any, kwargs: Any) -> Any:
+    t, hook = args[0], args[1] if len(args) > 1 else kwargs["hook"]
+    link = t.__dict__.setdefault("_hook_link", _Link(t))
+    ref = weakref.ref(link)
+
+    def after_accumulate(leaf: Any) -> None:
+        holder = ref()
+        if holder is not None:
+            hook(holder.outer)  # the emulated tensor the hook was registered on
+
+    return t.__dict__["_inner"].register_post_accumulate_grad_hook(after_accumulate)
+
+
+def _data_set(func: Any, args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    t, value = args
+    if type(value) is _EMU and value.shape == t.shape and value.stride() == t.stride():
+        t.__dict__["_inner"].data = value.__dict__["_inner"]
+        t.__dict__["_emulated_device"] = value.__dict__["_emulated_device"]
+        return
+    usual(func, args, kwargs)
+
+
+def _deepcopy(func: Any, args: Any, kwargs: Any) -> Any:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    t, memo = args[0], args[1] if len(args) > 1 else kwargs["memo"]
+    if id(t) in memo:
+        return memo[id(t)]
+    d = t.__dict__
+    # The CPU tensor's own deepcopy: torch's leaf check, values, requires_grad and .grad.
+    new = wrap(copy.deepcopy(d["_inner"], memo), d["_emulated_device"])
+    memo[id(t)] = new
+    track(new)
+    for key, value in d.items():
+        if key not in _OWN_KEYS:
+            new.__dict__[key] = copy.deepcopy(value, memo)  # _is_param and the like
+    return new
+
+
+_OWN_KEYS = frozenset({"_inner", "_emulated_device", "_hook_link"})
+
+
+def _type(func: Any, args: Any, kwargs: Any) -> Any:
+    if len(args) == 1 and not kwargs:  # x.type(): the name of a CUDA tensor type
+        return args[0].__dict__["_inner"].type().replace("torch.", "torch.cuda.", 1)
+    return generic(func, args, kwargs)
+
+
+def _restride(func: Any, args: Any, kwargs: Any) -> Any:
+    """In-place view ops (``t_``, ``unsqueeze_``...): on the CPU tensor, recorded by its
+    autograd, then the wrapper takes the CPU tensor's new shape and strides."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    t = generic(func, args, kwargs)
+    inner = t.__dict__["_inner"]
+    with torch.no_grad(), _no_subclass():
+        # through __torch_dispatch__, where the CPU tensor already has this geometry
+        _TB.as_strided_(t, inner.size(), inner.stride(), inner.storage_offset())
+    return t
+
+
+def _placement(func: Any, args: Any, kwargs: Any) -> Any:
+    # .to()/.cuda()/.cpu() with the placement mode off (tensors kept after stop()).
+    from torchdevmagic.emulate import _placement
+
+    return _placement.move_without_session(func, args, kwargs)
+
+
+Handler = Callable[[Any, Any, Any], Any]
+_T: Any = torch.Tensor  # its descriptors' __get__/__set__ are the keys
+_TB: Any = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+_grad_descriptor = _TB.grad
+_requires_grad_descriptor = _TB.requires_grad
+_requires_grad_ = _TB.requires_grad_
+SPECIAL: dict[Any, Handler] = {
+    _T.grad.__get__: _grad_get,
+    _T.grad.__set__: _grad_set,
+    _T.grad.__delete__: _grad_delete,
+    _T._grad.__get__: _grad_get,
+    _T._grad.__set__: _grad_set,
+    _T.requires_grad_: _requires_grad_set,
+    _T.requires_grad.__set__: _requires_grad_set,
+    _T.register_hook: _register_hook,
+    _T.data.__set__: _data_set,
+    _T.__deepcopy__: _deepcopy,
+    _T.type: _type,
+    _T.to: _placement,
+    _T.cuda: _placement,
+    _T.cpu: _placement,
+}
+if hasattr(_T, "register_post_accumulate_grad_hook"):
+    SPECIAL[_T.register_post_accumulate_grad_hook] = _register_post_accumulate
+# Ops that change the wrapper itself, or must see it: the usual way, whose rules know them.
+for _name in ("__array__", "resize_", "resize_as_", "set_"):
+    _fn = getattr(_T, _name, None)
+    if _fn is not None:
+        SPECIAL[_fn] = usual
+for _name in (
+    "t_",
+    "transpose_",
+    "swapdims_",
+    "swapaxes_",
+    "squeeze_",
+    "unsqueeze_",
+    "as_strided_",
+):
+    _fn = getattr(_T, _name, None)
+    if _fn is not None:
+        SPECIAL[_fn] = _restride
