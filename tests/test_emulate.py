@@ -263,6 +263,34 @@ def test_out_of_memory_reports_free_memory_as_cuda_does_after_releasing_its_cach
         del keep
 
 
+def test_activations_the_graph_keeps_and_unread_gradients_count() -> None:
+    # The autograd graph lives on the CPU tensors: what it saves for backward is still GPU
+    # memory on a real device, and a training step that keeps too much of it runs out.
+    with emulate_cuda(memory=64 << 20):
+        w = torch.zeros(1 << 20, device="cuda", requires_grad=True)  # 4 MiB
+        x = w * 1.0
+        for _ in range(5):
+            x = x.sin()  # sin saves its input: one 4 MiB activation each
+        assert torch.cuda.memory_allocated() == 7 * (4 << 20)  # w, five inputs, x
+        loss = x.sum()
+        del x
+        assert torch.cuda.memory_allocated() >= 6 * (4 << 20)  # kept by loss's graph
+        loss.backward()
+        del loss
+        # The graph is gone; w and its gradient (made by the engine, never read) remain.
+        assert torch.cuda.memory_allocated() == 2 * (4 << 20)
+        assert w.grad is not None and torch.cuda.memory_allocated() == 2 * (4 << 20)
+        with pytest.raises(RuntimeError, match=r"^CUDA out of memory\. Tried to allocate 4\.00"):
+            x = w * 1.0
+            for _ in range(20):
+                x = x.sin()
+        del x
+    with emulate_cuda(memory=64 << 20):  # on again: w is still on the GPU
+        assert torch.cuda.memory_allocated() == 2 * (4 << 20)
+        del w
+        assert torch.cuda.memory_allocated() == 0
+
+
 def test_streams_and_events_keep_host_time(emu: Any) -> None:
     s = torch.cuda.Stream()
     start_evt = torch.cuda.Event(enable_timing=True)

@@ -1,21 +1,30 @@
 """Memory of the emulated GPUs: what is allocated, against an emulated capacity.
 
-Allocated bytes are exact when asked for: the storage bytes of the live emulated tensors,
-each storage counted once (a walk of the garbage collector's objects, as it costs ~ms and is
-asked for rarely). Between walks every fresh storage adds to an upper bound; only when that
-bound passes the capacity is the exact figure taken, and beyond capacity the allocation fails
-with CUDA's own out-of-memory message. Reserved memory is the allocated figure rounded up to
-the caching allocator's 2 MiB blocks, and never less than the peak since ``empty_cache``.
+Every fresh storage an emulated tensor gets is registered with a weak reference, and leaves
+the count when the storage dies: torch keeps a storage's Python object as long as the
+storage lives (PyObject preservation, torch 2.2+; emulation needs 2.3), so the count follows
+the storage wherever it is held: by the program, by an autograd graph (activations saved for
+backward), by a view. Gradients are made by the C++ autograd engine on the CPU tensors and
+never pass here; they are counted when asked (a walk of the garbage collector's objects for
+the emulated tensors whose CPU tensor holds a ``.grad``, ~ms) and before an allocation is
+refused. Beyond the capacity the allocation fails with CUDA's own out-of-memory message.
+Reserved memory is the allocated figure rounded up to the caching allocator's 2 MiB blocks,
+and never less than the peak since ``empty_cache``.
 """
 
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any, Optional
 
 import torch
 
 _BLOCK = 2 << 20
+
+
+def _blocks(n: int) -> int:
+    return -(-n // _BLOCK) * _BLOCK
 
 
 def format_size(n: float) -> str:
@@ -29,39 +38,62 @@ def format_size(n: float) -> str:
     return f"{n:.2f} GiB"  # pragma: no cover
 
 
+# The live emulated storages, kept across sessions (a tensor made in one is still on the GPU
+# when emulation is turned on again): a weak reference to each storage's Python object ->
+# its bytes and device index, packed in one int (nothing here for the garbage collector to
+# trace); and their bytes per device index.
+_REFS: dict[Any, int] = {}
+_BYTES: list[int] = []
+_INDEX_BITS = 16
+_INDEX_MASK = (1 << _INDEX_BITS) - 1
+
+
+def _gone(ref: Any) -> None:
+    packed = _REFS.pop(ref, None)
+    if packed is not None:
+        _BYTES[packed & _INDEX_MASK] -= packed >> _INDEX_BITS
+
+
 class Ledger:
     """Allocated/peak/reserved bytes per emulated device."""
 
     def __init__(self, count: int, capacity: int) -> None:
         self.capacity = capacity
-        self.bound = [0] * count
-        self.peak = [0] * count
-        self.reserved = [0] * count
+        _BYTES.extend([0] * (count - len(_BYTES)))
+        self.bound = _BYTES  # bytes of the registered storages (gradients come on top)
+        self.peak = _BYTES[:count]
+        self.reserved = [_blocks(n) for n in self.peak]
         self.used = False  # any emulated storage made yet (CUDA would have a context)
 
     def exact(self, seen: Optional[set[int]] = None) -> list[int]:
-        """Bytes on each device now; fills ``seen`` with the live storages' keys."""
+        """Bytes on each device now, gradients included; fills ``seen`` with the keys of
+        the gradients' storages."""
         from torchdevmagic.emulate._tensor import EmulatedTensor
 
         if seen is None:
             seen = set()
-        totals = [0] * len(self.bound)
+        totals = self.bound[: len(self.peak)]
         for obj in gc.get_objects():
             if type(obj) is EmulatedTensor:
                 d = obj.__dict__
-                storage = d["_inner"].untyped_storage()
-                key = storage._cdata
-                if key in seen:
+                inner = d["_inner"]
+                if not inner.requires_grad or inner.grad_fn is not None:
+                    continue
+                grad = inner.grad  # a leaf's: the engine's, never read through the wrapper
+                if grad is None:
+                    continue
+                storage = grad.untyped_storage()
+                key = id(storage)
+                index = d["_emulated_device"].index
+                if key in seen or index is None or index >= len(totals):
                     continue
                 seen.add(key)
-                index = d["_emulated_device"].index
-                if index is not None and index < len(totals):
-                    totals[index] += storage.nbytes()
+                if weakref.ref(storage) in _REFS:
+                    continue  # read through the wrapper once: registered
+                totals[index] += storage.nbytes()
         for i, total in enumerate(totals):
-            self.bound[i] = total
             self.peak[i] = max(self.peak[i], total)
-            blocks = -(-total // _BLOCK) * _BLOCK
-            self.reserved[i] = max(self.reserved[i], blocks)
+            self.reserved[i] = max(self.reserved[i], _blocks(total))
         return totals
 
     def allocated(self, index: int) -> int:
@@ -71,31 +103,34 @@ class Ledger:
         """``inner`` is about to become an emulated tensor on ``device``; fail as CUDA would
         if its storage is new and does not fit."""
         __tracebackhide__ = True  # IPython and pytest show the caller
+        storage = inner.untyped_storage()
+        ref = weakref.ref(storage, _gone)
+        if ref in _REFS:
+            return  # an alias of a counted storage (detach(), as nn.Parameter does)
         index = device.index or 0
-        nbytes = inner.nbytes
+        nbytes = storage.nbytes()
         self.used = True
-        if self.bound[index] + nbytes <= self.capacity:
-            self.bound[index] += nbytes
-            return
-        gc.collect()
-        # Told before the new tensor exists: the walk counts everything but it. An alias of a
-        # live storage (detach(), as nn.Parameter does inside Module.to) allocates nothing.
-        seen: set[int] = set()
-        allocated = self.exact(seen)[index]
-        if inner.untyped_storage()._cdata in seen:
-            return
-        if allocated + nbytes > self.capacity:
-            # CUDA's caching allocator frees its unused cached blocks and retries before it
-            # gives up: what stays reserved is the blocks in use.
-            self.reserved[index] = -(-allocated // _BLOCK) * _BLOCK
-            raise out_of_memory(index, nbytes, allocated, self.capacity, self.reserved[index])
-        self.bound[index] = allocated + nbytes
+        bound = _BYTES
+        if bound[index] + nbytes > self.capacity:
+            gc.collect()  # what only a reference cycle keeps goes first, as Python would
+            allocated = self.exact()[index]
+            if allocated + nbytes > self.capacity:
+                # CUDA's caching allocator frees its unused cached blocks and retries before
+                # it gives up: what stays reserved is the blocks in use.
+                self.reserved[index] = _blocks(allocated)
+                raise out_of_memory(index, nbytes, allocated, self.capacity, self.reserved[index])
+        _REFS[ref] = nbytes << _INDEX_BITS | index
+        total = bound[index] = bound[index] + nbytes
+        if total > self.peak[index]:
+            self.peak[index] = total
+            if total > self.reserved[index]:
+                self.reserved[index] = _blocks(total)
 
     def reset_peak(self, index: int) -> None:
         self.peak[index] = self.exact()[index]
 
     def empty_cache(self) -> None:
-        self.reserved = [-(-t // _BLOCK) * _BLOCK for t in self.exact()]
+        self.reserved = [_blocks(t) for t in self.exact()]
 
 
 def out_of_memory(index: int, size: int, allocated: int, capacity: int, reserved: int) -> Any:
