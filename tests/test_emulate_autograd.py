@@ -15,7 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from torchdevmagic.emulate import _tensor, emulate_cuda, stop  # noqa: E402
+from _dispatches import Dispatches as _Dispatches  # noqa: E402
+
+from torchdevmagic.emulate import emulate_cuda, stop  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -28,20 +30,6 @@ def _never_left_on() -> Any:
 def emu() -> Any:
     with emulate_cuda(devices=2) as session:
         yield session
-
-
-class _Dispatches:
-    """Counts the ops that went down into ``EmulatedTensor.__torch_dispatch__``."""
-
-    def __init__(self, monkeypatch: Any) -> None:
-        self.count = 0
-        real = _tensor.run
-
-        def counting(func: Any, args: Any, kwargs: Any) -> Any:
-            self.count += 1
-            return real(func, args, kwargs)
-
-        monkeypatch.setattr(_tensor, "run", counting)
 
 
 def _cnn() -> Any:

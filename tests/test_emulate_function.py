@@ -12,6 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _dispatches import Dispatches as _Dispatches  # noqa: E402
+
 from torchdevmagic.emulate import _function, _tensor, emulate_cuda, stop  # noqa: E402
 
 
@@ -36,20 +38,6 @@ def _no_earlier_function_modes() -> Any:
 def emu() -> Any:
     with emulate_cuda(devices=2) as session:
         yield session
-
-
-class _Dispatches:
-    """Counts the ops that took the usual way (``EmulatedTensor.__torch_dispatch__``)."""
-
-    def __init__(self, monkeypatch: Any) -> None:
-        self.count = 0
-        real = _tensor.run
-
-        def counting(func: Any, args: Any, kwargs: Any) -> Any:
-            self.count += 1
-            return real(func, args, kwargs)
-
-        monkeypatch.setattr(_tensor, "run", counting)
 
 
 def _usual_way(monkeypatch: Any) -> None:
