@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -65,13 +65,11 @@ class Ledger:
         self.reserved = [_blocks(n) for n in self.peak]
         self.used = False  # any emulated storage made yet (CUDA would have a context)
 
-    def exact(self, seen: Optional[set[int]] = None) -> list[int]:
-        """Bytes on each device now, gradients included; fills ``seen`` with the keys of
-        the gradients' storages."""
+    def exact(self) -> list[int]:
+        """Bytes on each device now, gradients included."""
         from torchdevmagic.emulate._tensor import EmulatedTensor
 
-        if seen is None:
-            seen = set()
+        seen: set[int] = set()  # the gradients' storages counted so far
         totals = self.bound[: len(self.peak)]
         for obj in gc.get_objects():
             if type(obj) is EmulatedTensor:
