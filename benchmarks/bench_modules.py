@@ -15,13 +15,14 @@ meet the same phase of the machine (see README.md: the VM alternates fast and sl
   parameter and buffer with its path, device, dtype and storage, each storage counted once,
   bytes per device, the parameter count, grads.
 
-The figures: median µs per module of each, and the median over rounds of scan / bare and
-scan / table with their interquartile range. ``--base REV`` also scans with the package at
-git revision REV (its own process, from ``git archive``, as ``ab_scan.py`` does) in the same
-rounds, and prints scan / base-scan: the change's own A/B. ``--stages`` also times the
-scan's stages alone in the same rounds (the tree walk, the parameter/buffer tables, the
-plain-tensor-attribute pass over every instance dict, the column-wise tensor reads; and
-``modules()`` alone) and prints each / bare: what a faster walk could still win.
+The figures: median µs per module of each, and the median over rounds of scan / bare, scan /
+table and table / bare with their interquartile range (table / bare: what the facts a module
+row shows cost to read in plain Python, against bare). ``--base REV`` also scans with the
+package at git revision REV (its own process, from ``git archive``, as ``ab_scan.py`` does)
+in the same rounds, and prints scan / base-scan: the change's own A/B. ``--stages`` also
+times the scan's stages alone in the same rounds (the tree walk, the parameter/buffer
+tables, the plain-tensor-attribute pass over every instance dict, the column-wise tensor
+reads; and ``modules()`` alone) and prints each / bare: what a faster walk could still win.
 
 The scan does more than either (paths a user
 types, ``model[0].ln1.weight``; no method of the model runs: ``named_modules()`` and
@@ -181,6 +182,10 @@ def run(args: argparse.Namespace, base: Any) -> None:
         q1, median, q3 = quartiles(ratios)
         label = f"scan at {args.base}" if other == "base" else other
         print(f"  scan / {label}: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
+    # What the same facts cost in plain Python, without the scan's safety or its plain
+    # tensor attributes: a floor under any module walk that reads them.
+    q1, median, q3 = quartiles([t / b for t, b in zip(times["table"], times["bare"])])
+    print(f"  table / bare: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
     for name in [k for k in times if k not in ("scan", "bare", "table", "base")]:
         q1, median, q3 = quartiles([s / b for s, b in zip(times[name], times["bare"])])
         print(f"  stage {name} / bare: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
