@@ -1,0 +1,121 @@
+"""Paired, interleaved A/B of the emulated GPU between two commits (or a commit and the tree).
+
+    python benchmarks/ab_emulate.py BASE OTHER [--work op|op_grad|cnn|transformer]
+                                               [--rounds 31] [--n 2000]
+
+BASE and OTHER are git revisions or ``.`` for the working tree, each in its own Python
+process with its own copy of the package (``ab_scan.py``'s ``git archive``). Each process
+turns emulation on and builds the same work as ``bench_emulate.py`` does on ``cuda``: a tiny
+``x + 1`` (``op``), the same with ``requires_grad`` (``op_grad``), or a CNN or transformer
+block training step. Every round asks both processes for one timing, in a random order, back
+to back; a timing is process CPU time per call over ``--n`` calls (steps: ``--n`` / 200), so
+another process taking a core inflates it far less than the wall clock. The figure is the
+median over rounds of OTHER / BASE with its interquartile range, and each side's median
+microseconds per call.
+
+A ratio of 0.90 means OTHER takes 10% less time; an IQR that straddles 1.0 is noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from ab_scan import quartiles, source_of  # noqa: E402 - the scripts' own folder
+
+WORK = ("op", "op_grad", "cnn", "transformer")
+
+
+def worker(work: str, n: int) -> None:
+    """The process of one variant: emulation on, the work built, then 'run' -> µs a call."""
+    import bench_emulate
+    import torch
+
+    from torchdevmagic.emulate import _session
+
+    torch.set_num_threads(1)
+    _session.start()
+    make: Callable[[str], Callable[[], Any]] = {
+        "op": bench_emulate.tiny_op,
+        "op_grad": bench_emulate.tiny_op_grad,
+        "cnn": bench_emulate.cnn,
+        "transformer": bench_emulate.transformer,
+    }[work]
+    fn = make("cuda")
+    calls = n if work.startswith("op") else max(1, n // 200)
+    for _ in range(3):
+        fn()  # warm-up: per-op caches, the first graph
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        t0 = time.process_time()
+        for _ in range(calls):
+            fn()
+        print(f"{(time.process_time() - t0) * 1e6 / calls:.6f}", flush=True)
+
+
+def start(src: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(src))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", args.work]
+    cmd += ["--n", str(args.n)]
+    return subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=src
+    )
+
+
+def ask(proc: subprocess.Popen[str]) -> float:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("run\n")
+    proc.stdin.flush()
+    return float(proc.stdout.readline())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("base", nargs="?")
+    parser.add_argument("other", nargs="?")
+    parser.add_argument("--work", default="op", choices=WORK)
+    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--n", type=int, default=2000, help="tiny ops per timing")
+    parser.add_argument("--worker", metavar="WORK", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.n)
+        return
+    if not args.base or not args.other:
+        parser.error("give two revisions: BASE OTHER (. is the working tree)")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [start(source_of(rev, Path(tmp)), args) for rev in (args.base, args.other)]
+        try:
+            times: list[list[float]] = [[], []]
+            rng = random.Random(0)
+            for _ in range(args.rounds):
+                order = [0, 1]
+                rng.shuffle(order)
+                for i in order:
+                    times[i].append(ask(procs[i]))
+        finally:
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.close()
+                p.wait()
+    q1, median, q3 = quartiles([o / b for b, o in zip(*times)])
+    print(f"emulated {args.work}, {args.rounds} paired rounds, process CPU time")
+    for label, rev, us in (("base ", args.base, times[0]), ("other", args.other, times[1])):
+        print(f"  {label} {rev:>12}: median {statistics.median(us):10.2f} µs a call")
+    print(f"  other / base: median {median:.3f} (IQR {q1:.3f}-{q3:.3f})")
+
+
+if __name__ == "__main__":
+    main()
