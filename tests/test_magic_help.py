@@ -103,6 +103,23 @@ def test_cuda_time_o_prints_nothing_else(shell: Any, capsys: Any) -> None:
     assert capsys.readouterr().out.count("cpu · ") == 1
 
 
+def test_devcheck_o_prints_nothing_else(shell: Any, capsys: Any) -> None:
+    """``%devcheck -o`` returns the last Diagnosis (shown once, as Out[n]); the status line
+    "%devcheck is off" was printed before it (audit, issue 17: ``-o`` prints nothing else)."""
+    from torchdevmagic.diagnosis import Diagnosis
+
+    shell.run_cell("import torch\nx = torch.zeros(2, device='meta')")
+    shell.run_cell("%%devcheck\ny = x + torch.zeros(3, 2)")
+    capsys.readouterr()
+    result = shell.run_cell("%devcheck -o")
+    captured = capsys.readouterr()
+    assert isinstance(result.result, Diagnosis)
+    assert "%devcheck is" not in captured.out and captured.err == ""
+    assert captured.out.count(result.result.header()) == 1  # the Out[n] display, once
+    assert shell.run_cell("%devcheck status -o").result is result.result
+    assert "%devcheck is" not in capsys.readouterr().out
+
+
 def test_cuda_time_o_still_shows_what_it_measured_when_the_cell_fails(
     shell: Any, capsys: Any
 ) -> None:

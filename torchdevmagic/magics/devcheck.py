@@ -154,9 +154,9 @@ class DevcheckMagics(Magics):
             self.show_full_traceback()
         elif args.action == "fix":
             _fixing().offer(self._shell, self.last, self.last_cell)
-        else:
+        elif not args.output:  # -o returns the Diagnosis (Out[n]) and prints nothing else
             print(self.status())
-            if self.last is not None and not args.output:
+            if self.last is not None:
                 print(self.last.to_text())
         return self.last if args.output else None
 
