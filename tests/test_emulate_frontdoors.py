@@ -118,6 +118,26 @@ def test_cuda_time_says_it_times_the_emulated_device_on_the_host(shell: Any) -> 
     assert shell.user_ns["y"].device.type == "cuda"
 
 
+def test_cuda_time_device_option_runs_on_the_emulated_gpu_it_names(shell: Any) -> None:
+    """``%%cuda_time --device cuda:1`` of a notebook written for two GPUs runs there under
+    emulation (the host clock); a GPU beyond the emulated ones is refused in one line. Both
+    were a UsageError that only said "emulated CUDA device ...: timing on the host clock"."""
+    shell.run_line_magic("emulate_cuda", "on --devices 2")
+    shell.run_cell("import torch")
+    result = shell.run_cell_magic(
+        "cuda_time", "--device cuda:1 -o", "here = torch.cuda.current_device()"
+    )
+    assert result.device == "cpu" and "emulated" in result.note
+    assert shell.user_ns["here"] == 1 and torch.cuda.current_device() == 0  # restored
+    shell.run_cell_magic(
+        "cuda_time", "--device cuda:0 -n 2 -q", "here = torch.cuda.current_device()"
+    )
+    assert shell.user_ns["here"] == 0
+    err = shell.run_cell("%%cuda_time --device cuda:2\ny = 1").error_in_exec
+    assert type(err) is UsageError
+    assert str(err) == "%%cuda_time: cuda:2 does not exist (2 emulated GPUs)"
+
+
 # -- pytest --emulate-cuda --------------------------------------------------------------------
 def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "torchdevmagic.emulate.plugin", *args]

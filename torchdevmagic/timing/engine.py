@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Protocol
 
 from torchdevmagic._device import Device
@@ -39,6 +39,7 @@ class Plan:
     warmup: int
     note: Optional[str] = None
     origin: str = "cell"  # "cell" (%%cuda_time) or "call" (the Python API): the words shown
+    emulated: Optional[int] = None  # --device cuda:N of an emulated GPU: the cell runs there
 
 
 @dataclass
@@ -115,6 +116,13 @@ def _own_peak(peak: Optional[int], start: Optional[int]) -> Optional[int]:
     return max(peak - start, 0) if start is not None else peak
 
 
+def _emulated_devices() -> int:
+    """How many GPUs ``torchdevmagic.emulate`` emulates now (0: off, or never imported)."""
+    emulation = sys.modules.get("torchdevmagic.emulate._session")
+    session = emulation.active() if emulation is not None else None
+    return int(session.count) if session is not None else 0
+
+
 def source_key(source: str, device: str) -> str:
     return hashlib.sha1(f"{device}\0{source}".encode()).hexdigest()
 
@@ -180,13 +188,17 @@ class Timer:
         if kind == "cpu":
             return Plan(None, 0, "cpu", None, n, r, warmup, origin=origin)
         backend = self._backend_for(kind)
-        if backend is None and kind is not None:
+        emulated = _emulated_devices() if backend is None and kind == "cuda" else 0
+        if emulated and index is not None and index >= emulated:
+            raise ValueError(f"cuda:{index} does not exist ({plural(emulated, 'emulated GPU')})")
+        if backend is None and kind is not None and not emulated:
             raise ValueError(
                 self._no_device_note(kind, asked=f"{'device=' if api else '--device '}{device}")
             )
-        if backend is None:
+        if backend is None:  # no device clock (an emulated GPU's too): the host clock
             note = self._no_device_note(kind)
-            return Plan(None, 0, "cpu", None, n, r, warmup, note=note, origin=origin)
+            on = index if emulated else None
+            return Plan(None, 0, "cpu", None, n, r, warmup, note=note, origin=origin, emulated=on)
         count = backend.device_count()
         if index is None:
             index = backend.current_device()
@@ -214,8 +226,7 @@ class Timer:
         """Why the host clock is used; or, for ``asked`` (the option as given), why the
         requested device cannot be timed."""
         what = (kind or "CUDA").upper() if kind != "mps" else "MPS"
-        emulation = sys.modules.get("torchdevmagic.emulate._session")
-        if kind in (None, "cuda") and emulation is not None and emulation.active() is not None:
+        if kind in (None, "cuda") and _emulated_devices():
             return "emulated CUDA device (torchdevmagic.emulate): timing on the host clock"
         version = ""
         try:
@@ -278,6 +289,11 @@ class Timer:
             return None, exc, calls.runs_done(exc)
 
     def _run_host(self, plan: Plan, fn: Loop) -> Measurement:
+        if plan.emulated is not None:  # the emulated torch.cuda.device, restored after
+            from torchdevmagic._torch import require_torch
+
+            with require_torch().cuda.device(plan.emulated):
+                return self._run_host(replace(plan, emulated=None), fn)
         acc = Samples()
         if plan.warmup:
             acc.value, acc.error, acc.warmup_done = self._call(fn, plan.warmup)
