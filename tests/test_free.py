@@ -173,6 +173,29 @@ def test_a_users_own_underscore_stays(shell: Any) -> None:
     assert shell.user_ns["_"].shape == (5,)
 
 
+def test_a_users_own_underscore_is_a_variable_not_history(emu: Any) -> None:
+    """PyTorch's CIFAR-10 tutorial keeps the row maxima in ``_``: ``_, predicted =
+    torch.max(outputs, 1)`` (https://pytorch.org/tutorials/beginner/blitz/cifar10_tutorial.html).
+    That ``_`` is a variable: ``%devices`` said "IPython output history holds 16.0 KiB (_;
+    free with: %devices --free)", and ``--free`` listed it as dropped while it stayed
+    ("0 B came back ... something else refers to it")."""
+    run(emu, "import torch\noutputs = torch.randn(4096, 1000, device='cuda')")
+    run(emu, "_, predicted = torch.max(outputs, 1)")
+    report = emu.run_line_magic("devices", "-o")
+    assert report.gpus[0].unnamed_bytes >= 4096 * 4  # _ is a private name: not in the rows
+    assert "output history" not in str(report)
+    freed = emu.run_line_magic("devices", "--free -o")
+    assert [p.path for p in freed.dropped if p.path.startswith("_")] == []
+    assert emu.user_ns["_"].shape == (4096,) and emu.user_ns["_"].is_cuda
+    # IPython's own _ (a displayed result) is still history, and goes with its Out entry,
+    # though the display hook keeps it as its _ (not the namespace's: the user has one)
+    run(emu, "outputs[:1000] * 2")
+    key = max(emu.user_ns["Out"])
+    run(emu, "pass")
+    assert emu.run_line_magic("devices", "--free -o").came_back("cuda:0") == 1000 * 1000 * 4
+    assert key not in emu.user_ns["Out"] and emu.user_ns["_"].shape == (4096,)
+
+
 def test_reset_out_leaves_a_hidden_copy_that_free_finds(shell: Any) -> None:
     """``%reset -f out`` flushes ``Out`` and resets ``_``, but ``user_ns_hidden`` keeps the
     values ``push(interactive=False)`` stored under ``_``/``_N``: memory stays pinned."""

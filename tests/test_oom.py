@@ -121,6 +121,19 @@ def test_del_spares_what_a_function_of_the_cell_reads(emu: Any) -> None:
     assert "cache" in emu.user_ns
 
 
+def test_a_users_own_underscore_is_not_offered_to_free(emu: Any) -> None:
+    """``_, predicted = torch.max(...)`` (PyTorch's CIFAR-10 tutorial) makes ``_`` a variable:
+    ``%devices --free`` leaves it (rightly), so it is not the fix; it was offered as "notebook
+    history pins 600 MiB ... (_ 600 MiB)" with ``Fix:  %devices --free``, which freed nothing."""
+    run(emu, "_, predicted = torch.max(torch.zeros(600 * MiB // 4 // 8, 8, device='cuda'), 1)")
+    run(emu, "_ = torch.cat([_, _, _, _, _, _, _, _])")  # 600 MiB of the user's own
+    cell = "%%devcheck\nx = torch.empty(600 * MiB // 4, device='cuda')"
+    assert type(run(emu, cell).error_in_exec) is OOM_ERROR
+    d = emu.run_line_magic("devcheck", "-o")
+    assert d.kind == "out_of_memory"
+    assert d.fix != "%devices --free" and "notebook history" not in d.to_text(), d.to_text()
+
+
 def test_a_request_larger_than_the_device_is_a_shape_bug(emu: Any) -> None:
     run(emu, "x = torch.ones(4, 1024, device='cuda')")
     result = run(emu, "%%devcheck\nsim = x.new_empty(2**16, 2**16)")  # 16 GiB on a 1 GiB GPU

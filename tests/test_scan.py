@@ -1022,7 +1022,8 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
 
     x = torch.zeros(1000)
     loss = (torch.ones(10, requires_grad=True) * 2).sum()
-    ns = {"x": x, "loss": loss, "Out": {3: torch.zeros(500), 4: x}, "_": torch.zeros(250)}
+    last = torch.zeros(250)  # the display hook's _, no longer in Out (user_ns_hidden says)
+    ns = {"x": x, "loss": loss, "Out": {3: torch.zeros(500), 4: x}, "_": last}
     tt, limits = Torch.from_module(torch), Limits(6, 1000, 10_000)
     found = collect([(name, ns[name]) for name in ("x", "loss")], tt, limits)
     named_before = dict(found.named_by_device)
@@ -1037,11 +1038,16 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     except ValueError:
         sys.last_traceback = sys.exc_info()[2]
     try:
-        holders = find_holders(ns, found.storage_owner, found.graph_roots, tt, limits)
+        holders = find_holders(
+            ns, found.storage_owner, found.graph_roots, tt, limits, hidden={"_": last}
+        )
+        mine = find_holders({**ns, "_": torch.zeros(250)}, found.storage_owner, [], tt, limits)
     finally:
         sys.last_traceback = None
     cpu = [holder_text(h) for h in holders if h.device == "cpu"]
     assert cpu[0] == "IPython output history holds 2.9 KiB (Out[3], _; free with: %devices --free)"
+    # a _ of the user's own (no user_ns_hidden entry of that value) is a variable, not history
+    assert holder_text(mine[0]).startswith("IPython output history holds 2.0 KiB (Out[3];")
     assert cpu[1].startswith("the last traceback's frames hold 7.8 KiB")
     assert cpu[2].startswith("loss keeps an autograd graph")
     assert found.named_by_device == named_before  # measuring left the totals alone

@@ -77,7 +77,12 @@ def scan(
         if any(g.unnamed_bytes for g in gpu_records):  # looking is not free: only when needed
             with no_torch_function(torch):
                 holders = find_holders(
-                    namespace, found.storage_owner, found.graph_roots, tt, limits
+                    namespace,
+                    found.storage_owner,
+                    found.graph_roots,
+                    tt,
+                    limits,
+                    hidden=hidden if isinstance(hidden, dict) else None,  # a shell's
                 )
     rows, findings = _filtered(found, device, sort)
     return DevicesReport(

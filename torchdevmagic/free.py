@@ -218,11 +218,14 @@ def _drop(p: hd.Pinned, namespace: Any, shell: Any, frames: list[Any]) -> None:
 
 def _drop_under(name: str, value: Any, namespace: Any, shell: Any, hidden: dict[str, Any]) -> None:
     """``_``/``__``/``___`` is IPython's only while its display hook holds the same object
-    (a user's own ``_ = x`` stays)."""
+    (a user's own ``_ = x`` stays). The hook's own copy goes in any case: once the user has
+    a ``_`` of their own, the hook still keeps the last results but no longer shows them."""
     hook = getattr(shell, "displayhook", None)
-    if value is None or namespace.get(name) is not value or getattr(hook, name, None) is not value:
+    if value is None or getattr(hook, name, None) is not value:
         return
     setattr(hook, name, "")
+    if namespace.get(name) is not value:
+        return
     namespace[name] = ""
     if hidden.get(name) is value:
         hidden[name] = ""

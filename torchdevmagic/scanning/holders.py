@@ -36,6 +36,7 @@ _RESUMABLE = 0x20 | 0x80 | 0x100 | 0x200
 _MACHINERY = ("IPython.", "ipykernel.", "torchdevmagic.magics.")
 
 _dict_items = dict.items
+_MISSING = object()
 # BaseException's own slots: no property of a subclass runs.
 _get_tb: Any = BaseException.__dict__["__traceback__"].__get__
 _get_cause: Any = BaseException.__dict__["__cause__"].__get__
@@ -89,17 +90,28 @@ def history_entries(
     namespace: Mapping[str, Any], hidden: Optional[Mapping[str, Any]] = None
 ) -> list[tuple[str, Any, Any]]:
     """``(path, value, key)`` of IPython's output history: ``Out[n]``, then ``_``, ``__``,
-    ``___`` (which are the same objects unless the history was flushed), then what the shell's
+    ``___`` where they are not in ``Out`` but still the display hook's, then what the shell's
     ``user_ns_hidden`` still keeps under those names after they changed in the namespace
-    (``%reset -f out`` leaves them there: ``push(interactive=False)`` stores values)."""
+    (``%reset -f out`` leaves them there: ``push(interactive=False)`` stores values).
+
+    A ``_`` the user assigned (``_, predicted = torch.max(outputs, 1)``, as in PyTorch's
+    CIFAR-10 tutorial, https://pytorch.org/tutorials/beginner/blitz/cifar10_tutorial.html)
+    is a variable, not history: IPython's own test (``DisplayHook.update_user_ns``) is that
+    the display hook's value is the one ``user_ns_hidden`` holds under that name. Without
+    ``hidden`` only ``Out`` is history."""
     entries: list[tuple[str, Any, Any]] = []
     out_dict = namespace.get("Out")
     if type(out_dict) is dict:
         entries += [(f"Out[{k}]", v, k) for k, v in list(_dict_items(out_dict)) if type(k) is int]
     in_out = {id(v) for _, v, _ in entries}  # an alias of Out[n] goes with it
-    entries += [
-        (n, namespace[n], n) for n in UNDERS if n in namespace and id(namespace[n]) not in in_out
-    ]
+    if type(hidden) is dict:
+        entries += [
+            (n, namespace[n], n)
+            for n in UNDERS
+            if n in namespace
+            and id(namespace[n]) not in in_out
+            and dict.get(hidden, n, _MISSING) is namespace[n]
+        ]
     if type(hidden) is dict:
         entries += [
             (f"{k} (hidden copy)", v, (HIDDEN, k))
@@ -220,11 +232,14 @@ def find_holders(
     graph_roots: list[tuple[str, str]],
     tt: Torch,
     limits: Limits,
+    *,
+    hidden: Optional[Mapping[str, Any]] = None,
 ) -> tuple[Holder, ...]:
-    """Holders per device of memory not in ``counted`` (storage key -> path)."""
+    """Holders per device of memory not in ``counted`` (storage key -> path); ``hidden`` is
+    the shell's ``user_ns_hidden`` (see :func:`history_entries`)."""
     frames = traceback_frames(stored_tracebacks())
     try:
-        pinned = measure(namespace, counted, tt, limits, frames)
+        pinned = measure(namespace, counted, tt, limits, frames, hidden=hidden)
     finally:
         frames.clear()
     holders: list[Holder] = []
