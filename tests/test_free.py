@@ -11,6 +11,7 @@ computing ``val``), ipython/ipython#13103 and jupyter/notebook#6147 (``Out`` kee
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -194,6 +195,20 @@ def test_a_users_own_underscore_is_a_variable_not_history(emu: Any) -> None:
     run(emu, "pass")
     assert emu.run_line_magic("devices", "--free -o").came_back("cuda:0") == 1000 * 1000 * 4
     assert key not in emu.user_ns["Out"] and emu.user_ns["_"].shape == (4096,)
+
+
+def test_the_result_of_the_cell_just_before_comes_back(shell: Any) -> None:
+    """``%devices --free`` right after the cell that showed ``Out[n]``: that cell's
+    ExecutionResult (``shell.last_execution_result``) still held the value, so "0 B came
+    back ... something else refers to it" (terminal IPython 9 and 7.34 alike)."""
+    run(shell, "import torch, weakref")
+    run(shell, "torch.ones(50_000) * 2")
+    key = max(shell.user_ns["Out"])
+    ref = weakref.ref(shell.user_ns["Out"][key])
+    report = shell.run_line_magic("devices", "--free -o")
+    gc.collect()
+    assert [p.path for p in report.dropped] == [f"Out[{key}]"]
+    assert ref() is None
 
 
 def test_reset_out_leaves_a_hidden_copy_that_free_finds(shell: Any) -> None:

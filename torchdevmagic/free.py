@@ -207,6 +207,11 @@ def _drop(p: hd.Pinned, namespace: Any, shell: Any, frames: list[Any]) -> None:
     value = dict.pop(history, p.key, None) if type(history) is dict else None
     if value is None:
         return
+    result = getattr(shell, "last_execution_result", None)
+    if result is not None and getattr(result, "result", None) is value:
+        # The previous cell's result holds its output until this cell ends: IPython's own
+        # %xdel drops it the same way.
+        shell.last_execution_result = None
     alias = f"_{p.key}"
     if namespace.get(alias) is value:
         dict.pop(namespace, alias, None)
