@@ -222,6 +222,27 @@ def test_diff_compares_with_the_previous_devices(shell: Any, capsys: Any) -> Non
     assert shell.user_ns["d"] is d
 
 
+def test_a_diff_across_dash_a_says_so(shell: Any, capsys: Any) -> None:
+    """``%devices -a`` then ``%devices --diff``: ``Out[n]`` is not freed, only left out; the
+    diff said "freed Out[3] ... -2.0 KiB" and a smaller total, and nothing else."""
+    _run(shell, "import torch\nx = torch.zeros(1000)\n")
+    _run(shell, "torch.ones(500)")
+    key = max(shell.user_ns["Out"])
+    _run(shell, "%devices -a")
+    capsys.readouterr()
+    _run(shell, "%devices --diff")
+    out = capsys.readouterr().out
+    assert f"freed   Out[{key}]" in out  # shown in one report only, and said so:
+    assert out.splitlines()[1] == (
+        "(the previous report also showed _private names and Out[n] (-a): rows only one "
+        "report shows come out as new or freed)"
+    )
+    d = _run(shell, "%devices -a --diff -o")
+    assert d.hidden == (False, True) and d.change(f"Out[{key}]").change == "new"
+    assert "(this one also showed _private names and Out[n] (-a)" in str(d)
+    assert "(-a)" not in str(_run(shell, "%devices -a --diff -o"))
+
+
 def test_diff_with_o_first_time_returns_an_uncompared_diff(shell: Any) -> None:
     _run(shell, "import torch\nx = torch.zeros(8)\n")
     d = _run(shell, "%devices --diff -o")

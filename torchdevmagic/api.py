@@ -60,6 +60,7 @@ def scan(
             stats=ScanStats(),
             torch_imported=False,
             device_filter=device,
+            include_hidden=include_hidden,
             sort=sort,
             top=top,
         )
@@ -94,6 +95,7 @@ def scan(
         gpus_checked=gpus,
         holders=holders,
         device_filter=device,
+        include_hidden=include_hidden,
         sort=sort,
         top=top,
     )

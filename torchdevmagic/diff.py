@@ -41,6 +41,7 @@ class DevicesDiff(Displayable):
     compared: bool = True
     report: Optional[DevicesReport] = None
     filters: tuple[Optional[str], Optional[str]] = (None, None)  # device filter, before/after
+    hidden: tuple[bool, bool] = (False, False)  # -a (private names, Out[n]), before/after
     top: Optional[int] = None
 
     def counts(self) -> dict[str, int]:
@@ -105,6 +106,7 @@ def diff_reports(before: DevicesReport, after: DevicesReport) -> DevicesDiff:
         totals=_totals(before, after),
         unchanged=unchanged,
         filters=(before.device_filter, after.device_filter),
+        hidden=(before.include_hidden, after.include_hidden),
         top=after.top,
     )
 

@@ -86,6 +86,7 @@ class DevicesReport(Displayable):
     stats: ScanStats
     torch_imported: bool = True
     device_filter: Optional[str] = None
+    include_hidden: bool = False  # -a: _private names and Out[n] too
     sort: str = "size"
     top: Optional[int] = None
     gpus_checked: bool = False

@@ -27,9 +27,9 @@ def diff_blocks(d: DevicesDiff) -> list[Block]:
         first: list[Block] = [Line(NOTHING_TO_COMPARE, "dim")]
         return first + (report_blocks(d.report) if d.report is not None else [])
     out: list[Block] = [Line(summary_line(d))]
-    note = filters_note(d.filters)
-    if note:
-        out.append(Line(note, "dim"))
+    for note in (filters_note(d.filters), hidden_note(d.hidden)):
+        if note:
+            out.append(Line(note, "dim"))
     if d.changes:
         limit = DEFAULT_CHANGES_SHOWN if d.top is None else d.top
         shown = d.changes if limit <= 0 else d.changes[:limit]
@@ -64,6 +64,19 @@ def filters_note(filters: tuple[Optional[str], Optional[str]]) -> Optional[str]:
     return (
         f"(the previous report showed {name(before)}, this one {name(after)}: rows outside "
         "either show as new or freed)"
+    )
+
+
+def hidden_note(hidden: tuple[bool, bool]) -> Optional[str]:
+    """One report with ``-a`` and one without: its private names and ``Out[n]`` rows are not
+    new or freed, only shown in one of them."""
+    before, after = hidden
+    if before == after:
+        return None
+    which = "the previous report" if before else "this one"
+    return (
+        f"({which} also showed _private names and Out[n] (-a): rows only one report shows "
+        "come out as new or freed)"
     )
 
 
