@@ -103,6 +103,8 @@ class DevicesReport(Displayable):
         known = self.rows.device_bytes if isinstance(self.rows, Rows) else None
         out = dict(known) if known is not None else totals_of(self.rows)
         out.pop("none", None)  # an optimizer before its first step holds nothing
+        if out.get("mixed") == 0:  # nor one whose parameters are split: "mixed" is no device
+            del out["mixed"]
         return dict(sorted(out.items(), key=lambda kv: device_sort_key(kv[0])))
 
     def row(self, path: str) -> Row:
