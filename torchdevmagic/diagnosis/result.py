@@ -67,7 +67,9 @@ class Diagnosis(Displayable):
         return f"{self.title}{where}{src}"
 
     def _rows(self) -> list[tuple[str, str, str, str]]:
-        rows = [(c.expression, c.description, c.device, "<- odd one out") for c in self.culprits]
+        # Out of memory has no odd one out: its culprits are the biggest variables there.
+        mark = "" if self.kind == "out_of_memory" else "<- odd one out"
+        rows = [(c.expression, c.description, c.device, mark) for c in self.culprits]
         rows += [(c.expression, c.description, c.device, "") for c in self.context]
         return rows
 
