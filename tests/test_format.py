@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from torchdevmagic._format import format_ms
+from torchdevmagic._format import format_bytes, format_ms
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,20 @@ def test_no_exponent_anywhere_in_the_range() -> None:
         digits = number.replace(".", "").lstrip("0")
         assert len(digits) >= 3 or unit == "s", (value, out)
         value *= 1.037
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1536, "1.5 KiB"),
+        (100_300, "97.9 KiB"),
+        (102_350, "100 KiB"),  # 99.95 KiB: not "100.0 KiB", four figures where 785 KiB has three
+        (102_400, "100 KiB"),
+        (1023.96 * 1024, "1.0 MiB"),
+        (-102_350, "-100 KiB"),
+    ],
+)
+def test_bytes_never_gain_a_fourth_figure_when_rounding(n: float, text: str) -> None:
+    assert format_bytes(n) == text

@@ -20,7 +20,7 @@ def format_bytes(n: Optional[float]) -> str:
     value = n / 1024**exponent
     if value >= 1023.95 and exponent < len(_BYTE_UNITS) - 1:
         value, exponent = value / 1024, exponent + 1
-    text = f"{value:.1f}" if value < 100 else f"{value:.0f}"
+    text = f"{value:.1f}" if value < 99.95 else f"{value:.0f}"  # 99.96 is "100", not "100.0"
     return f"{text} {_BYTE_UNITS[exponent]}"
 
 
