@@ -245,8 +245,8 @@ def test_tensors_kept_after_stop_still_train() -> None:
 
 def test_the_scanner_and_the_ledger_see_read_grads(emu: Any) -> None:
     # %devices reads tensors through TensorBase's descriptors (no Python property runs): the
-    # wrapper mirrors requires_grad, and a gradient once read (an optimizer's step reads
-    # them all). Backward itself runs no Python, so an unread gradient is not seen.
+    # wrapper mirrors requires_grad, and its gradient (filled by backward: unread gradients
+    # are tests/test_emulate_grads.py's).
     from torchdevmagic.safe import tensor_grad
 
     base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase

@@ -18,18 +18,16 @@ tensors with autograd on.
 from __future__ import annotations
 
 import copy
-import weakref
 from typing import Any, Callable
 
 import torch
 
-from torchdevmagic.emulate import _rules
+from torchdevmagic.emulate import _grads, _rules
 from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
 _Tensor = torch.Tensor
 _no_subclass = torch._C.DisableTorchFunctionSubclass
-_no_torch_function = torch._C.DisableTorchFunction
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _grad_enabled = torch.is_grad_enabled
 _CPU = torch.device("cpu")
@@ -186,111 +184,7 @@ def _wrap_out(out: Any, inputs: list[Any], others: Any, device: Any) -> Any:
     return out
 
 
-# -- the autograd face: .grad, hooks ------------------------------------------------------
-def _grad_get(func: Any, args: Any, kwargs: Any) -> Any:
-    # One emulated tensor per CPU gradient: p.grad is p.grad, as on a GPU. It is kept as the
-    # wrapper's own .grad, where C++ and torchdevmagic's scanner read it (from the first read
-    # on: backward itself runs no Python).
-    t = args[0]
-    d = t.__dict__
-    g = d["_inner"].grad
-    with _no_torch_function():
-        kept = _grad_descriptor.__get__(t)
-    if g is None:
-        if kept is not None:
-            _mirror_grad(t, None)
-        return None
-    if kept is not None and kept.__dict__["_inner"] is g:
-        return kept
-    return _mirror_grad(t, wrap(g, d["_emulated_device"]))
-
-
-def _mirror_grad(t: Any, grad: Any) -> Any:
-    with _no_torch_function():
-        _grad_descriptor.__set__(t, grad)
-    return grad
-
-
-def _grad_set(func: Any, args: Any, kwargs: Any) -> None:
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    t, value = args[0], args[1] if len(args) > 1 else None
-    d = t.__dict__
-    if value is None:
-        d["_inner"].grad = None
-        _mirror_grad(t, None)
-        return
-    if isinstance(value, _Tensor):
-        mine, theirs = d["_emulated_device"], value.device
-        if theirs.type != "cuda":
-            raise RuntimeError(
-                f"attempting to assign a gradient with device type '{theirs.type}' to a "
-                "tensor with device type 'cuda'. Please ensure that the gradient and the "
-                "tensor are on the same device"
-            )
-        if theirs != mine:
-            raise RuntimeError(
-                f"attempting to assign a gradient located on device with index "
-                f"'{theirs.index}' to a tensor located on device with index '{mine.index}'. "
-                "Please ensure that the gradient and the tensor are on the same device"
-            )
-    d["_inner"].grad = value.__dict__["_inner"] if type(value) is _EMU else value
-    _mirror_grad(t, value)
-
-
-def track(t: Any) -> None:
-    """Mirror the CPU tensor's ``requires_grad`` on the wrapper (torchdevmagic's scanner and
-    C++ read the wrapper's own)."""
-    with _no_torch_function():
-        _requires_grad_.__get__(t)(t.__dict__["_inner"].requires_grad)
-
-
-def _requires_grad_set(func: Any, args: Any, kwargs: Any) -> Any:
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    t = args[0]
-    out = func(t.__dict__["_inner"], *args[1:], **kwargs)
-    track(t)
-    return t if func is not _requires_grad_descriptor.__set__ else out
-
-
-def _grad_delete(func: Any, args: Any, kwargs: Any) -> None:
-    _grad_set(func, (args[0], None), {})
-
-
-def _register_hook(func: Any, args: Any, kwargs: Any) -> Any:
-    t, hook = args[0], args[1] if len(args) > 1 else kwargs["hook"]
-    device = t.__dict__["_emulated_device"]
-
-    def on_grad(grad: Any) -> Any:
-        out = hook(wrap(grad, device))
-        return out.__dict__["_inner"] if type(out) is _EMU else out
-
-    return t.__dict__["_inner"].register_hook(on_grad)
-
-
-class _Link:
-    """What a CPU leaf's post-accumulate hook reaches its emulated tensor through: the hook
-    holds a weak reference to this, which the tensor's dict holds (a hook that held the
-    tensor itself would keep it alive for good, unseen by the garbage collector)."""
-
-    __slots__ = ("__weakref__", "outer")
-
-    def __init__(self, outer: Any) -> None:
-        self.outer = outer
-
-
-def _register_post_accumulate(func: Any, args: Any, kwargs: Any) -> Any:
-    t, hook = args[0], args[1] if len(args) > 1 else kwargs["hook"]
-    link = t.__dict__.setdefault("_hook_link", _Link(t))
-    ref = weakref.ref(link)
-
-    def after_accumulate(leaf: Any) -> None:
-        holder = ref()
-        if holder is not None:
-            hook(holder.outer)  # the emulated tensor the hook was registered on
-
-    return t.__dict__["_inner"].register_post_accumulate_grad_hook(after_accumulate)
-
-
+# -- the rest of the tensor's own face ------------------------------------------------------
 def _data_set(func: Any, args: Any, kwargs: Any) -> None:
     __tracebackhide__ = True  # IPython and pytest show the caller
     t, value = args
@@ -310,7 +204,7 @@ def _deepcopy(func: Any, args: Any, kwargs: Any) -> Any:
     # The CPU tensor's own deepcopy: torch's leaf check, values, requires_grad and .grad.
     new = wrap(copy.deepcopy(d["_inner"], memo), d["_emulated_device"])
     memo[id(t)] = new
-    track(new)
+    _grads.track(new)
     for key, value in d.items():
         if key not in _OWN_KEYS:
             new.__dict__[key] = copy.deepcopy(value, memo)  # _is_param and the like
@@ -348,18 +242,8 @@ def _placement(func: Any, args: Any, kwargs: Any) -> Any:
 Handler = Callable[[Any, Any, Any], Any]
 _T: Any = torch.Tensor  # its descriptors' __get__/__set__ are the keys
 _TB: Any = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
-_grad_descriptor = _TB.grad
-_requires_grad_descriptor = _TB.requires_grad
-_requires_grad_ = _TB.requires_grad_
 SPECIAL: dict[Any, Handler] = {
-    _T.grad.__get__: _grad_get,
-    _T.grad.__set__: _grad_set,
-    _T.grad.__delete__: _grad_delete,
-    _T._grad.__get__: _grad_get,
-    _T._grad.__set__: _grad_set,
-    _T.requires_grad_: _requires_grad_set,
-    _T.requires_grad.__set__: _requires_grad_set,
-    _T.register_hook: _register_hook,
+    **_grads.HANDLERS,
     _T.data.__set__: _data_set,
     _T.__deepcopy__: _deepcopy,
     _T.type: _type,
@@ -367,8 +251,6 @@ SPECIAL: dict[Any, Handler] = {
     _T.cuda: _placement,
     _T.cpu: _placement,
 }
-if hasattr(_T, "register_post_accumulate_grad_hook"):
-    SPECIAL[_T.register_post_accumulate_grad_hook] = _register_post_accumulate
 # Ops that change the wrapper itself, or must see it: the usual way, whose rules know them.
 for _name in ("__array__", "resize_", "resize_as_", "set_"):
     _fn = getattr(_T, _name, None)

@@ -65,8 +65,9 @@ class Ledger:
         self.reserved = [_blocks(n) for n in self.peak]
         self.used = False  # any emulated storage made yet (CUDA would have a context)
 
-    def exact(self) -> list[int]:
-        """Bytes on each device now, gradients included."""
+    def exact(self, pending: Any = None) -> list[int]:
+        """Bytes on each device now, gradients included (but the storage ``pending``: the
+        one about to be registered, which its caller counts)."""
         from torchdevmagic.emulate._tensor import EmulatedTensor
 
         seen: set[int] = set()  # the gradients' storages counted so far
@@ -83,7 +84,7 @@ class Ledger:
                 storage = grad.untyped_storage()
                 key = id(storage)
                 index = d["_emulated_device"].index
-                if key in seen or index is None or index >= len(totals):
+                if key in seen or storage is pending or index is None or index >= len(totals):
                     continue
                 seen.add(key)
                 if weakref.ref(storage) in _REFS:
@@ -111,7 +112,7 @@ class Ledger:
         bound = _BYTES
         if bound[index] + nbytes > self.capacity:
             gc.collect()  # what only a reference cycle keeps goes first, as Python would
-            allocated = self.exact()[index]
+            allocated = self.exact(storage)[index]
             if allocated + nbytes > self.capacity:
                 # CUDA's caching allocator frees its unused cached blocks and retries before
                 # it gives up: what stays reserved is the blocks in use.

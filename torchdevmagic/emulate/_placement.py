@@ -15,6 +15,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from torchdevmagic.emulate._function import handle
+from torchdevmagic.emulate._grads import relink, unlink
 from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, inner_of, wrap
 
 _CPU = torch.device("cpu")
@@ -238,9 +239,15 @@ def swap_standin(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], N
             and t1.stride() == t2.stride()
         ):
             d1, d2 = t1.__dict__, t2.__dict__
-            for key in ("_inner", "_emulated_device"):
-                d1[key], d2[key] = d2[key], d1[key]
+            for key in ("_inner", "_emulated_device", "_hook_link"):  # links follow _inner
+                a, b = d1.pop(key, None), d2.pop(key, None)
+                if b is not None:
+                    d1[key] = b
+                if a is not None:
+                    d2[key] = a
+            relink(t1, t2)
             return
+        unlink(t1, t2)  # torch refuses tensors with weak references
         try:
             original(t1, t2)
         except RuntimeError as exc:
@@ -255,5 +262,7 @@ def swap_standin(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], N
                 "after an error in IPython, the stored traceback holds that run's graph: "
                 "%devices --free drops it"
             ) from exc
+        finally:
+            relink(t1, t2)  # the dicts changed hands (or stayed, if it failed)
 
     return swap_tensors

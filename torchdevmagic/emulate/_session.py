@@ -11,7 +11,15 @@ from typing import Any, Optional
 
 import torch
 
-from torchdevmagic.emulate import _autograd, _parallel, _patches, _serialize, _special, _tensor
+from torchdevmagic.emulate import (
+    _autograd,
+    _grads,
+    _parallel,
+    _patches,
+    _serialize,
+    _special,
+    _tensor,
+)
 from torchdevmagic.emulate._cuda import MEMORY_NAMES, CudaStandIns
 from torchdevmagic.emulate._memory import Ledger
 from torchdevmagic.emulate._placement import Devices, PlacementMode, swap_standin
@@ -135,6 +143,8 @@ def _apply(session: Session) -> None:
             p.append(types, _tensor.EmulatedTensor)
     _tensor.on_new_storage = session.ledger.add
     p.call(_clear_hooks)
+    _grads.unpark()  # links to emulated tensors' CPU leaves hold them weakly while it runs
+    p.call(_grads.park)
     # A user's autograd Function records its node in the CPU graph of emulated tensors.
     function = torch.autograd.Function
     p.set(function, "apply", _autograd.apply_standin(function.__dict__["apply"].__func__))

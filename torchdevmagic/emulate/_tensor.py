@@ -49,7 +49,8 @@ class EmulatedTensor(torch.Tensor):
         d["_emulated_device"] = device
         if requires_grad:
             inner.requires_grad_(True)  # autograd lives on the CPU tensor
-            _function.track(t)
+        if inner.requires_grad:
+            _grads.track(t)
         return t
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -155,6 +156,7 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     if hook is not None and inner._base is None:
         hook(device, inner)
     # The hot path: the constructor's keywords, minus the defaults, without __init__.
+    grad = inner.requires_grad
     t = _make_wrapper(
         EmulatedTensor,
         inner.size(),
@@ -162,11 +164,13 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
         storage_offset=inner.storage_offset(),
         dtype=inner.dtype,
         device=_META,
-        requires_grad=inner.requires_grad,  # mirrored: autograd lives on the CPU tensor
+        requires_grad=grad,  # mirrored: autograd lives on the CPU tensor
     )
     d = t.__dict__
     d["_inner"] = inner
     d["_emulated_device"] = device
+    if grad and inner.is_leaf:  # (an op's result has a grad_fn: not a leaf)
+        _grads.watch(t)  # its gradients fill the wrapper's .grad when made
     return t
 
 
@@ -243,4 +247,4 @@ def device_of(t: torch.Tensor) -> torch.device:
     return torch.Tensor.device.__get__(t)
 
 
-from torchdevmagic.emulate import _function  # noqa: E402  (it builds on this module)
+from torchdevmagic.emulate import _function, _grads  # noqa: E402  (they build on this module)

@@ -107,11 +107,15 @@ def _count_state(
 
 def _param_device(walker: Walker, groups: Any) -> str:
     """The device of an optimizer's parameters, read from its param_groups lists."""
-    acc = Breakdown()
+    acc, tt = Breakdown(), walker.tt
     if type(groups) is list:
         for group in groups:
             params = group.get("params") if type(group) is dict else None
             for param in params if type(params) is list else ():
                 if walker.kind_of(type(param)) == "tensor":
-                    acc.add(device_text(walker.tt.get.device(param)), 0, "", "")
+                    plain = type(param) is tt.parameter or type(param) is tt.tensor
+                    # a subclass's visible device (cuda:0 for an emulated one, not its meta)
+                    facts = None if plain else tensor_facts(param, tt)
+                    seen = device_text(tt.get.device(param)) if facts is None else facts.device
+                    acc.add(seen, 0, "", "")
     return acc.main_device()
