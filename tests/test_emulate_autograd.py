@@ -279,3 +279,65 @@ def test_function_apply_is_put_back_by_identity() -> None:
     with emulate_cuda():
         assert torch.autograd.Function.__dict__["apply"] is not before
     assert torch.autograd.Function.__dict__["apply"] is before
+
+
+# pytorch/pytorch#16940 (https://github.com/pytorch/pytorch/issues/16940): MySin, its optional
+# factor passed by keyword (torch 2.13 binds it, pytorch/pytorch#182205); torch ops in place
+# of the report's numpy, which a GPU refuses too.
+class MySin(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, input: Any, factor: Any = 1) -> Any:
+        ctx.save_for_backward(input)
+        ctx.factor = factor
+        ctx.seen = ctx.needs_input_grad
+        return factor * torch.sin(input)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Any) -> Any:
+        (input,) = ctx.saved_tensors
+        return grad_output * ctx.factor * torch.cos(input), None
+
+
+class MySinSetup(torch.autograd.Function):  # the same with setup_context (defaults bound)
+    @staticmethod
+    def forward(input: Any, factor: Any = 1) -> Any:
+        return factor * torch.sin(input)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.save_for_backward(inputs[0])
+        ctx.factor = inputs[1]  # there even when the call left it out
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Any) -> Any:
+        (input,) = ctx.saved_tensors
+        return grad_output * ctx.factor * torch.cos(input), None
+
+
+_CALLS: dict[str, Callable[[Any, Any], Any]] = {
+    "factor=": lambda f, x: f.apply(x, factor=6),
+    "input=, factor=": lambda f, x: f.apply(factor=6, input=x),
+    "default": lambda f, x: f.apply(x),
+    "positional": lambda f, x: f.apply(x, 6),
+    "twice": lambda f, x: f.apply(x, input=x),
+    "unknown": lambda f, x: f.apply(x, scale=6),
+}
+
+
+@pytest.mark.parametrize("fn", [MySin, MySinSetup], ids=["ctx", "setup_context"])
+@pytest.mark.parametrize("call", sorted(_CALLS))
+def test_function_apply_with_keywords_as_on_a_gpu(fn: Any, call: str) -> None:
+    def run(device: str) -> Any:
+        x = torch.tensor([0.812, 0.3]).to(device).requires_grad_()
+        try:
+            out = _CALLS[call](fn, x)
+        except TypeError as exc:  # torch's own refusal, before forward runs
+            return "TypeError", str(exc)
+        out.sum().backward()
+        seen = getattr(out.grad_fn, "seen", None)
+        return out.device.type, out.detach().cpu().tolist(), x.grad.cpu().tolist(), seen
+
+    cpu = run("cpu")
+    with emulate_cuda():
+        emulated = run("cuda")
+    assert emulated == (cpu if cpu[0] == "TypeError" else ("cuda", *cpu[1:]))

@@ -11,6 +11,7 @@ Broadcast/Gather/Scatter are such Functions.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from typing import Any, Callable
@@ -92,8 +93,15 @@ def apply_standin(original: Any) -> Any:
 
     def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
-        if kwargs or not any(type(a) is _EMU for a in args):
+        if not any(type(a) is _EMU for a in args) and not (
+            kwargs and any(type(v) is _EMU for v in kwargs.values())
+        ):
             return original(cls, *args, **kwargs)
+        if kwargs or _is_setup_context_defined(cls.setup_context):
+            bound = _positional(cls, args, kwargs, original)
+            if bound is None:  # torch's own apply refuses these arguments, with its words
+                return original(cls, *args, **kwargs)
+            args = bound
         stack = getattr(_local, "pending", None)
         if stack is None:
             stack = _local.pending = []
@@ -109,6 +117,65 @@ def apply_standin(original: Any) -> Any:
         return _outer(out, users[0])
 
     return classmethod(apply)
+
+
+def _positional(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], original: Any) -> Any:
+    """``args`` and ``kwargs`` as the positional arguments torch's ``Function.apply`` hands
+    ``forward`` (torch/autograd/function.py, then C++'s binding), or ``None`` where torch
+    refuses them (it raises then, before ``forward`` runs: the caller lets it).
+
+    With a ``setup_context``, torch binds them to ``forward``'s signature, defaults filled
+    (``bind_default_args``), keywords or not; what stays a keyword (keyword-only,
+    ``**kwargs``) C++ refuses. Without, C++ (2.13, pytorch/pytorch#182205) puts each keyword
+    at its parameter's position after ``ctx`` (``forward.__code__``): not a parameter, a
+    position given twice, or a gap before it is a ``TypeError``; older C++ takes none."""
+    forward = cls.forward
+    if _is_setup_context_defined(cls.setup_context):
+        try:
+            bound = inspect.signature(forward).bind(*args, **kwargs)
+        except TypeError:
+            return None
+        bound.apply_defaults()
+        return None if bound.kwargs else bound.args
+    code = getattr(forward, "__code__", None)
+    if code is None or not _keywords_bound(original):
+        return None
+    names = code.co_varnames[1 : code.co_argcount]  # after ctx
+    keyword = names[max(code.co_posonlyargcount - 1, 0) :]
+    placed: dict[int, Any] = {}
+    for name, value in kwargs.items():
+        if name not in keyword:
+            return None
+        placed[names.index(name)] = value
+    end = len(args) + len(placed)
+    if any(i < len(args) or i >= end for i in placed):
+        return None  # given twice, or a gap before it
+    return (*args, *(placed[i] for i in range(len(args), end)))
+
+
+_KEYWORDS: list[bool] = []  # whether this torch's C++ apply binds keywords, once asked
+
+
+def _keywords_bound(original: Any) -> bool:
+    """Whether this torch's ``Function.apply`` takes keywords for ``forward`` (2.13 does;
+    asked of it once, with torch's own ``original`` apply)."""
+    if not _KEYWORDS:
+
+        class Probe(Function):
+            @staticmethod
+            def forward(ctx: Any, x: Any) -> Any:
+                return x * 1
+
+            @staticmethod
+            def backward(ctx: Any, grad: Any) -> Any:
+                return grad
+
+        try:
+            original(Probe, x=torch.zeros(()))
+            _KEYWORDS.append(True)
+        except TypeError:
+            _KEYWORDS.append(False)
+    return _KEYWORDS[0]
 
 
 def _outer(result: Any, user_out: Any) -> Any:
