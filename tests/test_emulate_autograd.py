@@ -197,6 +197,25 @@ def test_mixes_cuda_allows_record_the_right_gradients(emu: Any) -> None:
     assert torch.equal(cpu[1], emulated[1]) and torch.equal(cpu[2], emulated[2])
 
 
+def test_a_random_op_in_a_mix_cuda_allows_draws_once() -> None:
+    # bernoulli_ with its probabilities on the CPU: CUDA moves them to the device
+    # (aten/src/ATen/native/cuda/DistributionTemplates.h, bernoulli_kernel: p_.to(self's
+    # device)). The mix records a graph, so it runs twice (the check, then the CPU tensors):
+    # the check must not draw, or the mask and every later draw differ from the CPU's.
+    # (Emulation takes bernoulli_ for a TensorIterator op, as native_functions.yaml's comment
+    # does, and refuses a CPU p of more than 0 dims, which CUDA moves: not handled here.)
+    def run(device: str) -> Any:
+        torch.manual_seed(4)
+        w = torch.randn(3, 4).to(device).requires_grad_()
+        mask = (w * 1).bernoulli_(torch.tensor(0.5))  # (a 0-dim one: see the note below)
+        return mask.detach().cpu(), torch.rand(3)
+
+    cpu = run("cpu")
+    with emulate_cuda():
+        emulated = run("cuda")
+    assert torch.equal(cpu[0], emulated[0]) and torch.equal(cpu[1], emulated[1])
+
+
 def test_a_users_autograd_function_records_its_node(emu: Any) -> None:
     seen: list[Any] = []
 

@@ -11,8 +11,8 @@ Anything else takes the usual way, down through the dispatcher into
 ``EmulatedTensor.__torch_dispatch__``, which refuses a mix as CUDA does, with its messages:
 a CPU tensor (0-dim ones too, which only some kernels accept), two emulated devices, a user's
 dispatch mode. A mix CUDA allows (a CPU index, ``copy_`` across devices) that records a graph
-runs twice: once the usual way on copies, under ``no_grad``, for the check, then on the CPU
-tensors with autograd on.
+runs twice: once the usual way on copies, under ``no_grad``, for the check (its random ops'
+generators put back after it), then on the CPU tensors with autograd on.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchdevmagic.emulate import _grads, _rules
+from torchdevmagic.emulate import _grads, _rules, _tensor
 from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
@@ -154,13 +154,37 @@ def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
     __tracebackhide__ = True  # IPython and pytest show the caller
     if not (_grad_enabled() and (_needs_grad(st[2]) or _needs_grad(st[3]))):
         return usual(func, args, kwargs)  # checks as CUDA does, computes, wraps
-    with torch.no_grad():
-        if _writes(func, kwargs):  # the check must not write twice
-            usual(func, _copies(args), _copies(kwargs))
-        else:
-            usual(func, args, kwargs)
+    draws = _Draws()  # the check must not draw either: its random ops' generators go back
+    _tensor.on_random = draws.save
+    try:
+        with torch.no_grad():
+            if _writes(func, kwargs):  # the check must not write twice
+                usual(func, _copies(args), _copies(kwargs))
+            else:
+                usual(func, args, kwargs)
+    finally:
+        _tensor.on_random = None
+        draws.restore()
     out = func(*new[0], **new[1])  # a mix CUDA allows: record the graph on the CPU
     return _wrap_out(out, st[2], st[3], st[0])
+
+
+class _Draws:
+    """The states of the generators a check's random ops draw from, taken before they do."""
+
+    __slots__ = ("states",)
+
+    def __init__(self) -> None:
+        self.states: list[tuple[Any, Any]] = []
+
+    def save(self, kwargs: dict[str, Any]) -> None:
+        generator = kwargs.get("generator") or torch.default_generator
+        if all(g is not generator for g, _ in self.states):
+            self.states.append((generator, generator.get_state()))
+
+    def restore(self) -> None:
+        for generator, state in self.states:
+            generator.set_state(state)
 
 
 def _wrap_out(out: Any, inputs: list[Any], others: Any, device: Any) -> Any:

@@ -24,6 +24,9 @@ _no_torch_function = torch._C.DisableTorchFunction
 
 # Called with every fresh emulated tensor's CPU tensor (set by the session: memory ledger).
 on_new_storage: Optional[Callable[[torch.device, torch.Tensor], None]] = None
+# Called with the kwargs of each random op run here, while set (``_function``'s check run).
+on_random: Optional[Callable[[dict[str, Any]], None]] = None
+_SEEDED = torch.Tag.nondeterministic_seeded
 
 
 class EmulatedTensor(torch.Tensor):
@@ -193,6 +196,8 @@ def _take(x: Any, flat: list[Any], state: list[Any]) -> Any:
 def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Check devices as CUDA would, run ``func`` on the CPU tensors, wrap the results."""
     __tracebackhide__ = True  # IPython and pytest show the caller
+    if on_random is not None and _SEEDED in func.tags:
+        on_random(kwargs)
     flat: list[Any] = []
     state: list[Any] = [None, False]  # the first emulated device; whether devices mix
     new_args = [
