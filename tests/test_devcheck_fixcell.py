@@ -375,8 +375,12 @@ def test_in_a_jupyter_kernel_the_corrected_cell_is_a_set_next_input_payload(
         kc.start_channels()
         kc.wait_for_ready(timeout=120)
         setup = "%load_ext torchdevmagic\n" + SETUP + "\nx = torch.randn(3, 4)"
-        for code in (setup, "%%devcheck\ny = model(x)"):
-            kc.execute_interactive(code, timeout=120, store_history=True)
+        kc.execute_interactive(setup, timeout=120, store_history=True)
+        # stop_on_error=False: after an error ipykernel 6.17 (Colab's) aborts the requests that
+        # reach it before its event loop turns once more, and on a loaded machine the next one
+        # can (its reply is then "aborted", without a payload).
+        failed = "%%devcheck\ny = model(x)"
+        kc.execute_interactive(failed, timeout=120, store_history=True, stop_on_error=False)
         reply = kc.execute_interactive("%devcheck fix", timeout=120, store_history=True)
         payload = reply["content"]["payload"]
         assert payload == [
