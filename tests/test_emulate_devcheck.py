@@ -372,3 +372,19 @@ def test_model_left_on_the_cpu_is_moved_in_place(emu: Any) -> None:
         "same",
     )
     assert d.fix == "model.to(DEVICE)"
+
+
+def test_a_gpu_index_this_machine_lacks_is_explained_in_words(emu: Any) -> None:
+    """Code written for more GPUs than there are: ``device = torch.device("cuda:1")`` and
+    ``.to(device)`` on one GPU (https://github.com/LuyaooChen/uninformed-students-pytorch/issues/3;
+    here cuda:2 of two emulated GPUs). "CUDA error: invalid device ordinal" was explained as
+    "cuda_runtime at ...: cuda_runtime" (the rule's name as title and summary)."""
+    emu.run_cell("import torch, torch.nn as nn\ndevice = torch.device('cuda:2')")
+    result = emu.run_cell("%%devcheck\nmodel = nn.Linear(4, 4).to(device)")
+    err = result.error_in_exec
+    assert type(err).__name__ in ("AcceleratorError", "RuntimeError")  # torch's own, kept
+    assert str(err).startswith("CUDA error: invalid device ordinal")
+    d = emu.run_line_magic("devcheck", "-o")
+    assert d.title == "CUDA runtime error"
+    assert d.summary == "a CUDA device index past the GPUs there are: torch sees 2 GPUs (cuda:0-1)"
+    assert "cuda_runtime" not in d.to_text() and d.fix is None

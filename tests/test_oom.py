@@ -215,6 +215,9 @@ def test_every_form_is_out_of_memory(message: str) -> None:
 def test_other_cublas_failures_stay_runtime_errors() -> None:
     d = diagnosed("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle)`")
     assert d is not None and d.kind == "cuda_runtime"
+    # in words, not the rule's name (title and summary were both "cuda_runtime")
+    assert d.header().startswith("CUDA runtime error")
+    assert d.summary.startswith("a cuBLAS/cuDNN call failed (CUBLAS_STATUS_EXECUTION_FAILED)")
 
 
 def test_fragmentation_points_at_expandable_segments(pytorch_errors: list[dict[str, Any]]) -> None:

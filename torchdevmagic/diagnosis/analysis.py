@@ -15,6 +15,7 @@ from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis import resolve as rs
 from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis.companions import (
+    cuda_runtime,
     deserialize,
     device_assert,
     generic,
@@ -233,4 +234,5 @@ _HANDLERS: dict[str, Callable[..., Diagnosis]] = {
     rl.NO_CUDA: no_cuda,
     rl.OUT_OF_MEMORY: out_of_memory,
     rl.DEVICE_ASSERT: device_assert,
+    rl.CUDA_RUNTIME: cuda_runtime,
 }

@@ -201,6 +201,57 @@ def device_assert(c: Ctx) -> Diagnosis:
     )
 
 
+# What each CUDA runtime failure that is not about placement means, and what to do.
+_RUNTIME = (
+    (
+        "invalid device ordinal",
+        # The usual cause: code written for two GPUs run on one, e.g. device =
+        # torch.device('cuda:1') (https://github.com/LuyaooChen/uninformed-students-pytorch/issues/3)
+        "a CUDA device index past the GPUs there are: torch sees {gpus}",
+        "code written for more GPUs names one this machine lacks: use cuda:0, or "
+        "torch.device('cuda') for the current GPU",
+    ),
+    (
+        "forked subprocess",
+        "CUDA had started in this process before it forked (DataLoader workers, "
+        "multiprocessing): a forked child cannot use it",
+        "start the workers with the 'spawn' method (DataLoader(..., "
+        "multiprocessing_context='spawn')), or start CUDA only in them",
+    ),
+    (
+        "STATUS_",
+        "a cuBLAS/cuDNN call failed ({what}): a shape or dtype it cannot take, or an earlier "
+        "kernel's error surfacing here",
+        "set CUDA_LAUNCH_BLOCKING=1 before torch starts CUDA (restart the kernel) to find the "
+        "line that fails",
+    ),
+)
+
+
+def cuda_runtime(c: Ctx) -> Diagnosis:
+    what = str(c.match.details.get("what", "")).replace(" when calling", "")
+    summary, note = _RUNTIME[-1][1:]  # the rule matches nothing else
+    for key, words, hint in _RUNTIME:
+        if key in what:
+            summary, note = words, hint
+            break
+    return Diagnosis(
+        summary=summary.format(gpus=_gpu_count(c.torch), what=what),
+        culprits=(),
+        fix=None,
+        notes=(note,),
+        **c.base,
+    )
+
+
+def _gpu_count(torch: Any) -> str:
+    try:
+        n = int(torch.cuda.device_count())  # no context: NVML's count, or the emulated GPUs
+    except Exception:
+        return "fewer GPUs"
+    return "no GPU" if n == 0 else ("1 GPU (cuda:0)" if n == 1 else f"{n} GPUs (cuda:0-{n - 1})")
+
+
 def generic(c: Ctx) -> Diagnosis:
     match = c.match
     base = c.base

@@ -25,6 +25,7 @@ TITLES = {
     "no_cuda": "No CUDA here",
     "out_of_memory": "Out of memory",
     "device_side_assert": "Device-side assert",
+    "cuda_runtime": "CUDA runtime error",
 }
 
 
