@@ -138,6 +138,21 @@ def test_cuda_time_device_option_runs_on_the_emulated_gpu_it_names(shell: Any) -
     assert str(err) == "%%cuda_time: cuda:2 does not exist (2 emulated GPUs)"
 
 
+def test_devices_env_under_emulation_gives_this_machines_verdict(shell: Any) -> None:
+    """Emulation answers ``torch.backends.cuda.is_built()`` with True: ``%devices --env`` then
+    said "PROBLEM [no_driver]: torch 2.13.0+cpu is built for CUDA None" on a CPU-only build.
+    The verdict is the machine's, as with emulation off, and its fix runs."""
+    shell.run_cell("import torch")
+    before = shell.run_line_magic("devices", "--env -o")
+    shell.run_line_magic("emulate_cuda", "on")
+    during = shell.run_line_magic("devices", "--env -o")
+    assert (during.code, during.headline, during.fix) == (before.code, before.headline, before.fix)
+    assert "CUDA None" not in str(during)
+    if during.code == "cpu_only":  # the CPU-only build here; a CUDA build says no_driver
+        assert shell.run_cell(during.fix).error_in_exec is None
+        assert shell.user_ns["DEVICE"] == torch.device("cpu")
+
+
 # -- pytest --emulate-cuda --------------------------------------------------------------------
 def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "torchdevmagic.emulate.plugin", *args]

@@ -153,6 +153,8 @@ def _torch_facts(torch: Any, notes: list[str]) -> dict[str, Any]:
     # Lambdas keep the attribute lookups inside _try: a torch without them must not raise.
     is_built = lambda: torch.backends.cuda.is_built()  # noqa: E731, PLW0108
     built = bool(_try(is_built, notes, "cuda built", cuda or hip))
+    if built and not (cuda or hip) and _emulated(torch):
+        built = False  # %emulate_cuda answers is_built(); the build itself has no CUDA
     initialised = built and bool(_try(torch.cuda.is_initialized, notes, "cuda", False))
     out: dict[str, Any] = {
         "torch_version": str(getattr(torch, "__version__", "?")),
@@ -166,6 +168,14 @@ def _torch_facts(torch: Any, notes: list[str]) -> dict[str, Any]:
     if built:
         out["cudnn_version"] = _try(lambda: _cudnn_version(torch, initialised), notes, "cuDNN")
     return out
+
+
+def _emulated(torch: Any) -> bool:
+    """Whether ``torchdevmagic.emulate`` stands in for CUDA now (its Event says so)."""
+    try:
+        return bool(getattr(torch.cuda.Event, "emulated", False))
+    except Exception:
+        return False
 
 
 def _cudnn_version(torch: Any, initialised: bool) -> Optional[int]:
