@@ -185,6 +185,7 @@ def test_a_users_own_underscore_is_a_variable_not_history(emu: Any) -> None:
     report = emu.run_line_magic("devices", "-o")
     assert report.gpus[0].unnamed_bytes >= 4096 * 4  # _ is a private name: not in the rows
     assert "output history" not in str(report)
+    assert "your _names hold 16.0 KiB (_; %devices -a shows them)" in str(report)
     freed = emu.run_line_magic("devices", "--free -o")
     assert [p.path for p in freed.dropped if p.path.startswith("_")] == []
     assert emu.user_ns["_"].shape == (4096,) and emu.user_ns["_"].is_cuda
@@ -195,6 +196,17 @@ def test_a_users_own_underscore_is_a_variable_not_history(emu: Any) -> None:
     run(emu, "pass")
     assert emu.run_line_magic("devices", "--free -o").came_back("cuda:0") == 1000 * 1000 * 4
     assert key not in emu.user_ns["Out"] and emu.user_ns["_"].shape == (4096,)
+
+
+def test_memory_of_private_names_is_theirs_not_nobodys(emu: Any) -> None:
+    """``%devices`` leaves ``_cache`` out of its rows (``-a`` shows it); its GPU memory was
+    "held by no named variable" and nothing more. ``--free`` leaves it, as every variable."""
+    run(emu, "import torch\n_cache = torch.zeros(2**20, device='cuda')")
+    text = str(emu.run_line_magic("devices", "-o"))
+    assert "your _names hold 4.0 MiB (_cache; %devices -a shows them)" in text
+    assert "_cache" not in str(emu.run_line_magic("devices", "-a -o")).split("Device ")[-1]
+    emu.run_line_magic("devices", "--free")
+    assert emu.user_ns["_cache"].is_cuda
 
 
 def test_the_result_of_the_cell_just_before_comes_back(shell: Any) -> None:

@@ -22,6 +22,7 @@ from torchdevmagic.scanning import (
     Limits,
     collect,
     find_holders,
+    private_entries,
     visible_entries,
 )
 
@@ -76,6 +77,7 @@ def scan(
 
         gpu_records = tuple(device_memory(dict(found.named_by_device), backend=gpu_backend))
         if any(g.unnamed_bytes for g in gpu_records):  # looking is not free: only when needed
+            shell_hidden = hidden if isinstance(hidden, dict) else None  # user_ns_hidden
             with no_torch_function(torch):
                 holders = find_holders(
                     namespace,
@@ -83,7 +85,8 @@ def scan(
                     found.graph_roots,
                     tt,
                     limits,
-                    hidden=hidden if isinstance(hidden, dict) else None,  # a shell's
+                    hidden=shell_hidden,
+                    private=() if include_hidden else private_entries(namespace, shell_hidden),
                 )
     rows, findings = _filtered(found, device, sort)
     return DevicesReport(

@@ -164,6 +164,11 @@ def gpu_cells(g: DeviceMemory) -> tuple[str, ...]:
 
 
 def holder_text(h: Holder) -> str:
+    if h.kind == "private":
+        return (
+            f"your _names hold {format_bytes(h.nbytes)} ({name_some(list(h.paths))}; "
+            "%devices -a shows them)"
+        )
     if h.kind == "output_history":
         return (
             f"IPython output history holds {format_bytes(h.nbytes)} ({name_some(list(h.paths))}; "

@@ -19,7 +19,7 @@ from torchdevmagic.records import Finding, Row, RowTable, ScanStats
 from torchdevmagic.safe.handles import Torch
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.history import history_named
-from torchdevmagic.scanning.holders import find_holders
+from torchdevmagic.scanning.holders import find_holders, private_entries
 from torchdevmagic.scanning.optimizers import finish_optimizers
 from torchdevmagic.scanning.walker import (
     DEFAULT_MAX_DEPTH,
@@ -39,6 +39,7 @@ __all__ = [
     "Limits",
     "collect",
     "find_holders",
+    "private_entries",
 ]
 
 

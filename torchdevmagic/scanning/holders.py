@@ -25,9 +25,12 @@ from torchdevmagic.scanning.ledger import Ledger
 from torchdevmagic.scanning.walker import Limits, Walker
 
 HISTORY, TRACEBACK, GRAPH = "output_history", "traceback", "graph"
+PRIVATE = "private"  # the user's own _names, which a report without -a leaves out
 UNDERS = ("_", "__", "___")  # IPython's last three results
 HISTORY_NAME = re.compile(r"_\d+|_|__|___")  # names IPython's display hook sets
 HIDDEN = "hidden"
+# IPython's names a namespace also holds: input/output history, directory history
+_IPYTHON_HISTORY = re.compile(r"_\d+|_i+\d*|_(?:ih|oh|dh)|__\w*__")
 # Exceptions and frames followed from the stored errors: a bound, as chains can be long.
 MAX_EXCEPTIONS, MAX_FRAMES = 100, 1000
 # Code flags of generators and coroutines: a suspended one's frame cannot be cleared without
@@ -121,6 +124,23 @@ def history_entries(
     return entries
 
 
+def private_entries(
+    namespace: Mapping[str, Any], hidden: Optional[Mapping[str, Any]] = None
+) -> list[tuple[str, Any]]:
+    """The user's own ``_names`` (``_cache``, a ``_`` they assigned): a report without -a
+    leaves them out, so what they hold would look like memory nobody holds. Not IPython's
+    history names, nor ``_``/``__``/``___`` where they are history (:func:`history_entries`)."""
+    history = {id(v) for _, v, _ in history_entries(namespace, hidden)}
+    return [
+        (name, value)
+        for name, value in list(_dict_items(dict(namespace)))
+        if type(name) is str
+        and name.startswith("_")
+        and not _IPYTHON_HISTORY.fullmatch(name)
+        and not (name in UNDERS and id(value) in history)
+    ]
+
+
 def stored_tracebacks(shell: Any = None) -> list[types.TracebackType]:
     """The tracebacks Python and IPython keep after an uncaught error: ``sys.last_traceback``,
     ``sys.last_value`` / ``sys.last_exc`` (3.12), the shell's traceback formatter
@@ -200,11 +220,13 @@ def measure(
     frames: list[types.FrameType],
     *,
     hidden: Optional[Mapping[str, Any]] = None,
+    private: Iterable[tuple[str, Any]] = (),
 ) -> list[Pinned]:
     """Each holder entry with the bytes it keeps alive that ``counted`` (storage key -> path
-    of a name) and earlier entries do not: the output history first, then each frame."""
+    of a name) and earlier entries do not: ``private`` names first (the user's, what they
+    reach is not pinned by history), then the output history, then each frame."""
     walker = Walker(tt, limits, _HoldersLedger(tt, counted))
-    out: list[Pinned] = []
+    out: list[Pinned] = [_one(walker, PRIVATE, name, None, [(name, v)]) for name, v in private]
     for path, value, key in history_entries(namespace, hidden):
         out.append(_one(walker, HISTORY, path, key, [(path, value)]))
     for index, frame in enumerate(frames):
@@ -234,16 +256,18 @@ def find_holders(
     limits: Limits,
     *,
     hidden: Optional[Mapping[str, Any]] = None,
+    private: Iterable[tuple[str, Any]] = (),
 ) -> tuple[Holder, ...]:
     """Holders per device of memory not in ``counted`` (storage key -> path); ``hidden`` is
-    the shell's ``user_ns_hidden`` (see :func:`history_entries`)."""
+    the shell's ``user_ns_hidden`` (see :func:`history_entries`), ``private`` the names the
+    report left out (:func:`private_entries`)."""
     frames = traceback_frames(stored_tracebacks())
     try:
-        pinned = measure(namespace, counted, tt, limits, frames, hidden=hidden)
+        pinned = measure(namespace, counted, tt, limits, frames, hidden=hidden, private=private)
     finally:
         frames.clear()
     holders: list[Holder] = []
-    for kind in (HISTORY, TRACEBACK):
+    for kind in (PRIVATE, HISTORY, TRACEBACK):
         by_device: dict[str, tuple[int, list[str]]] = {}
         for p in pinned:
             if p.kind != kind:
