@@ -209,6 +209,44 @@ def test_memory_of_private_names_is_theirs_not_nobodys(emu: Any) -> None:
     assert emu.user_ns["_cache"].is_cuda
 
 
+HOSTILE_PRIVATE = """
+class Evil:
+    def __getattribute__(self, name):
+        calls.append(name)
+        raise RuntimeError(name)
+    def __len__(self):
+        calls.append("len")
+        raise RuntimeError("len")
+    def __repr__(self):
+        calls.append("repr")
+        raise RuntimeError("repr")
+class EvilDict(dict):
+    def items(self):
+        calls.append("items")
+        raise RuntimeError("items")
+    def __iter__(self):
+        calls.append("iter")
+        raise RuntimeError("iter")
+    def __getitem__(self, key):
+        calls.append("getitem")
+        raise RuntimeError("getitem")
+calls = []
+_evil = Evil()
+_cache = EvilDict(q=torch.zeros(2**20, device='cuda'))
+"""
+
+
+def test_private_names_are_read_without_running_their_code(emu: Any) -> None:
+    """The holders search walks the user's ``_names`` (only when GPU memory is unnamed):
+    the scan's own rules, so none of their code runs, and ``--free`` keeps them."""
+    run(emu, "import torch" + HOSTILE_PRIVATE)
+    text = str(emu.run_line_magic("devices", "-o"))
+    emu.run_line_magic("devices", "--free")
+    assert emu.user_ns["calls"] == []
+    assert "your _names hold 4.0 MiB (_cache; %devices -a shows them)" in text
+    assert dict.__getitem__(emu.user_ns["_cache"], "q").is_cuda
+
+
 def test_the_result_of_the_cell_just_before_comes_back(shell: Any) -> None:
     """``%devices --free`` right after the cell that showed ``Out[n]``: that cell's
     ExecutionResult (``shell.last_execution_result``) still held the value, so "0 B came
