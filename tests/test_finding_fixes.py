@@ -43,7 +43,7 @@ def test_split_model_fix_empties_only_the_meta_part(shell: Any) -> None:
         shell, "split_module", "m.lm_head.to_empty(device='cpu', recurse=False)"
     )
     assert f"    fix: {finding.fix}" in text.splitlines()
-    assert "then load or re-initialise m.lm_head" in text
+    assert "then load or re-initialise m.lm_head and make any optimizer again" in text
     m = shell.user_ns["m"]
     assert all(torch.equal(m.state_dict()[k], v) for k, v in trained.items())  # kept
     assert {p.device.type for p in m.parameters()} == {"cpu"}
@@ -87,3 +87,32 @@ def test_split_with_a_parameter_of_the_top_module_on_meta(shell: Any) -> None:
     assert (
         shell.run_cell("nn.init.ones_(net.scale); y = net(torch.randn(3, 4))").error_in_exec is None
     )
+
+
+def test_split_model_fix_says_an_optimizer_made_before_must_be_made_again(shell: Any) -> None:
+    # Found in the session's audit: the README's split model with an AdamW made before the fix.
+    # to_empty from meta makes new Parameter objects (meta and cpu tensors cannot share a
+    # shallow copy, Module._apply), so the optimizer made before trains nothing of split[2].
+    setup = (
+        "import torch, torch.nn as nn\n"
+        "split = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))\n"
+        "split[2].to('meta')\n"
+        "opt = torch.optim.AdamW(split.parameters())"
+    )
+    assert shell.run_cell(setup).error_in_exec is None
+    _, text = finding_fix_runs(
+        shell, "split_module", "split[2].to_empty(device='cpu', recurse=False)"
+    )
+    assert "and make any optimizer again" in text and "in new Parameters" in text
+    split, opt = shell.user_ns["split"], shell.user_ns["opt"]
+    held = {id(p) for g in opt.param_groups for p in g["params"]}
+    assert id(split[2].weight) not in held  # what the hint says: the old ones
+    step = (
+        "split[2].reset_parameters()\n"
+        "opt = torch.optim.AdamW(split.parameters())\n"
+        "before = split[2].weight.clone()\n"
+        "split(torch.randn(3, 4)).sum().backward()\n"
+        "opt.step()"
+    )
+    assert shell.run_cell(step).error_in_exec is None
+    assert not torch.equal(shell.user_ns["before"], split[2].weight)  # now it trains

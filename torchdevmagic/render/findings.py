@@ -96,8 +96,8 @@ def _split_fix(f: Finding) -> str:
 def _split_hint(f: Finding) -> Optional[str]:
     if _meta_split(f):
         return (
-            f"then load or re-initialise {name_some(odd_owners(f))}: to_empty gives memory, "
-            "not values (meta tensors have no data)"
+            f"then load or re-initialise {name_some(odd_owners(f))} and make any optimizer "
+            "again: to_empty gives memory, not values, in new Parameters"
         )
     return None
 
