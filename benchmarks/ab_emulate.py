@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -32,7 +30,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ab_scan import quartiles, source_of  # noqa: E402 - the scripts' own folder
+from ab_scan import interleaved, quartiles  # noqa: E402 - the scripts' own folder
 
 WORK = ("op", "op_grad", "cnn", "transformer")
 
@@ -74,13 +72,6 @@ def start(src: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
     )
 
 
-def ask(proc: subprocess.Popen[str]) -> float:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("run\n")
-    proc.stdin.flush()
-    return float(proc.stdout.readline())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base", nargs="?")
@@ -95,21 +86,7 @@ def main() -> None:
         return
     if not args.base or not args.other:
         parser.error("give two revisions: BASE OTHER (. is the working tree)")
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [start(source_of(rev, Path(tmp)), args) for rev in (args.base, args.other)]
-        try:
-            times: list[list[float]] = [[], []]
-            rng = random.Random(0)
-            for _ in range(args.rounds):
-                order = [0, 1]
-                rng.shuffle(order)
-                for i in order:
-                    times[i].append(ask(procs[i]))
-        finally:
-            for p in procs:
-                assert p.stdin is not None
-                p.stdin.close()
-                p.wait()
+    times = interleaved(args, start)
     q1, median, q3 = quartiles([o / b for b, o in zip(*times)])
     print(f"emulated {args.work}, {args.rounds} paired rounds, process CPU time")
     for label, rev, us in (("base ", args.base, times[0]), ("other", args.other, times[1])):

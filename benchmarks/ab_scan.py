@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -109,6 +109,14 @@ def main() -> None:
         return
     if not args.base or not args.other:
         parser.error("give two revisions: BASE OTHER (. is the working tree)")
+    report(args, interleaved(args, start))
+
+
+def interleaved(
+    args: Any, start: Callable[[Path, Any], subprocess.Popen[str]]
+) -> list[list[float]]:
+    """``args.base`` and ``args.other``, each in a process ``start`` makes from its source,
+    asked for one timing each per round, in a random order: the two lists of timings."""
     with tempfile.TemporaryDirectory() as tmp:
         procs = [start(source_of(rev, Path(tmp)), args) for rev in (args.base, args.other)]
         try:
@@ -124,7 +132,7 @@ def main() -> None:
                 assert p.stdin is not None
                 p.stdin.close()
                 p.wait()
-    report(args, times)
+    return times
 
 
 def report(args: Any, times: list[list[float]]) -> None:
