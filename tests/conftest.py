@@ -152,6 +152,25 @@ def shell(_ipython: Any) -> Any:
     _ipython.reset(new_session=False)
 
 
+@pytest.fixture
+def emu() -> Any:
+    """Two emulated GPUs for one test (a test that takes it is marked ``emulate``, above)."""
+    from torchdevmagic.emulate import emulate_cuda
+
+    with emulate_cuda(devices=2) as session:
+        yield session
+
+
+@pytest.fixture
+def emulation_never_left_on() -> Any:
+    """The emulation stopped after the test: a failing one must not leave it on for the
+    next ones (the emulation files use it for every test, through ``pytestmark``)."""
+    yield
+    from torchdevmagic.emulate import stop
+
+    stop()
+
+
 @pytest.fixture(scope="session")
 def pytorch_errors() -> list[dict[str, Any]]:
     """The 96 verbatim PyTorch error messages (a copy of shared/pytorch-errors)."""

@@ -14,17 +14,7 @@ nn = torch.nn
 
 from torchdevmagic.emulate import _memory, emulate_cuda, start, stop  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _never_left_on() -> Any:
-    yield
-    stop()  # a failing test must not leave the emulation on for the next ones
-
-
-@pytest.fixture
-def emu() -> Any:
-    with emulate_cuda(devices=2) as session:
-        yield session
+pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
 
 def _touched_modules() -> list[Any]:

@@ -17,19 +17,9 @@ nn = torch.nn
 
 from _dispatches import Dispatches as _Dispatches  # noqa: E402
 
-from torchdevmagic.emulate import emulate_cuda, stop  # noqa: E402
+from torchdevmagic.emulate import emulate_cuda  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _never_left_on() -> Any:
-    yield
-    stop()
-
-
-@pytest.fixture
-def emu() -> Any:
-    with emulate_cuda(devices=2) as session:
-        yield session
+pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
 
 def _cnn() -> Any:

@@ -26,10 +26,7 @@ PROJECT = Path(__file__).parent / "data" / "emulate_project"
 BUG = "    keep = torch.ones(features.shape[1])  # the bug: made on the CPU\n"
 
 
-@pytest.fixture(autouse=True)
-def _never_left_on() -> Any:
-    yield
-    _session.stop()
+pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
 
 def _env() -> dict[str, str]:

@@ -14,13 +14,9 @@ torch = pytest.importorskip("torch")
 
 from _dispatches import Dispatches as _Dispatches  # noqa: E402
 
-from torchdevmagic.emulate import _function, _tensor, emulate_cuda, stop  # noqa: E402
+from torchdevmagic.emulate import _function, _tensor, emulate_cuda  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _never_left_on() -> Any:
-    yield
-    stop()
+pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
 
 @pytest.fixture(autouse=True)
@@ -32,12 +28,6 @@ def _no_earlier_function_modes() -> Any:
         while torch._C._len_torch_function_stack():
             stack.enter_context(torch.overrides._pop_mode_temporarily())
         yield
-
-
-@pytest.fixture
-def emu() -> Any:
-    with emulate_cuda(devices=2) as session:
-        yield session
 
 
 def _usual_way(monkeypatch: Any) -> None:

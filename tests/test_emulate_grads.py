@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from torchdevmagic.emulate import emulate_cuda, stop  # noqa: E402
+from torchdevmagic.emulate import emulate_cuda  # noqa: E402
 
 _BASE: Any = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
 
@@ -24,16 +24,7 @@ def _slot(t: Any) -> Any:
         return _BASE.grad.__get__(t)
 
 
-@pytest.fixture(autouse=True)
-def _never_left_on() -> Any:
-    yield
-    stop()
-
-
-@pytest.fixture
-def emu() -> Any:
-    with emulate_cuda(devices=2) as session:
-        yield session
+pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
 
 # The model and training step of PyTorch's quickstart tutorial
