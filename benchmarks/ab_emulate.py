@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ab_scan import interleaved, quartiles  # noqa: E402 - the scripts' own folder
+from ab_scan import interleaved, print_pairs  # noqa: E402 - the scripts' own folder
 
 WORK = ("op", "op_grad", "cnn", "transformer")
 
@@ -86,12 +85,8 @@ def main() -> None:
         return
     if not args.base or not args.other:
         parser.error("give two revisions: BASE OTHER (. is the working tree)")
-    times = interleaved(args, start)
-    q1, median, q3 = quartiles([o / b for b, o in zip(*times)])
-    print(f"emulated {args.work}, {args.rounds} paired rounds, process CPU time")
-    for label, rev, us in (("base ", args.base, times[0]), ("other", args.other, times[1])):
-        print(f"  {label} {rev:>12}: median {statistics.median(us):10.2f} µs a call")
-    print(f"  other / base: median {median:.3f} (IQR {q1:.3f}-{q3:.3f})")
+    title = f"emulated {args.work}, {args.rounds} paired rounds, process CPU time"
+    print_pairs(title, args, interleaved(args, start), "µs a call")
 
 
 if __name__ == "__main__":

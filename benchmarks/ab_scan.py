@@ -136,12 +136,18 @@ def interleaved(
 
 
 def report(args: Any, times: list[list[float]]) -> None:
-    ratios = [o / b for b, o in zip(*times)]
-    q1, median, q3 = quartiles(ratios)
     what = "scan + text + HTML" if args.shown else "scan()"
-    print(f"{what} on the {args.namespace} namespace, {args.rounds} paired rounds")
-    for label, rev, ms in (("base ", args.base, times[0]), ("other", args.other, times[1])):
-        print(f"  {label} {rev:>12}: median {statistics.median(ms):8.2f} ms")
+    title = f"{what} on the {args.namespace} namespace, {args.rounds} paired rounds"
+    print_pairs(title, args, times, "ms")
+
+
+def print_pairs(title: str, args: Any, times: list[list[float]], unit: str) -> None:
+    """Each side's median timing (in ``unit``) and the median of the per-round ratios
+    other / base with their interquartile range."""
+    q1, median, q3 = quartiles([o / b for b, o in zip(*times)])
+    print(title)
+    for label, rev, ts in (("base ", args.base, times[0]), ("other", args.other, times[1])):
+        print(f"  {label} {rev:>12}: median {statistics.median(ts):10.2f} {unit}")
     print(f"  other / base: median {median:.3f} (IQR {q1:.3f}-{q3:.3f})")
 
 
