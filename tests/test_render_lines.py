@@ -179,6 +179,33 @@ def test_terminal_ipython_prints_no_trailing_spaces(tmp_path: Path) -> None:
     assert trailing(lines) == [], out
 
 
+def test_terminal_env_fix_is_one_line_however_narrow(tmp_path: Path) -> None:
+    """``%devices --env``'s fix is copied and pasted as it is printed: in a 60-column terminal
+    it stays one line (the CPU-only verdict's is code with a comment after it: it runs)."""
+    run = run_terminal_ipython(
+        tmp_path,
+        """
+        %load_ext torchdevmagic
+        import torchdevmagic
+        report = torchdevmagic.check_environment()
+        print("FIX=" + report.fix)
+        print("CODE=" + report.code)
+        %devices --env
+        """,
+        columns=60,
+    )
+    lines = run.stdout.splitlines()
+    fix = next(line.split("FIX=", 1)[1] for line in lines if "FIX=" in line)
+    assert len("fix: " + fix) > 60, fix  # the case that used to wrap
+    shown = [line for line in lines if line.startswith("fix: ")]
+    assert shown == ["fix: " + fix], run.stdout
+    code = next(line.split("CODE=", 1)[1] for line in lines if "CODE=" in line)
+    if code == "cpu_only":  # a line of code (a CUDA build without a driver gets an instruction)
+        namespace: dict[str, object] = {}
+        exec("import torch\n" + fix, namespace)  # the pasted line runs
+        assert str(namespace["DEVICE"]) == "cpu"
+
+
 # -- headers and fields --------------------------------------------------------------------
 
 UNIT_SUFFIXES = ("_name", "_bytes", "_percent")

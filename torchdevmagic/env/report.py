@@ -127,7 +127,8 @@ class EnvReport(Displayable):
         style = {"ok": "green", "cpu_only": "yellow"}.get(self.code, "bold red")
         parts: list[Any] = [
             Text(f"{self.status} [{self.code}]: {self.headline}", style=style),
-            Text(f"fix: {self.fix}"),
+            # Never wrapped: a fix is copied as one line (a wrapped comment breaks the paste).
+            Text(f"fix: {self.fix}", no_wrap=True, overflow="ignore"),
             *(Text(f"also: {a}", style="yellow") for a in self.also),
             table,
         ]
