@@ -115,7 +115,6 @@ def history_entries(
             and id(namespace[n]) not in in_out
             and dict.get(hidden, n, _MISSING) is namespace[n]
         ]
-    if type(hidden) is dict:
         entries += [
             (f"{k} (hidden copy)", v, (HIDDEN, k))
             for k, v in list(_dict_items(hidden))
