@@ -388,3 +388,90 @@ def test_a_gpu_index_this_machine_lacks_is_explained_in_words(emu: Any) -> None:
     assert d.title == "CUDA runtime error"
     assert d.summary == "a CUDA device index past the GPUs there are: torch sees 2 GPUs (cuda:0-1)"
     assert "cuda_runtime" not in d.to_text() and d.fix is None
+
+
+FOCAL_LOSS = """import torch, torch.nn as nn, torch.nn.functional as F
+DEVICE = torch.device("cuda")
+class focal_loss(nn.Module):
+    def __init__(self, alpha=0.25, gamma=2, num_classes=3, size_average=True):
+        super(focal_loss, self).__init__()
+        self.size_average = size_average
+        self.alpha = torch.zeros(num_classes)
+        self.alpha[0] += alpha
+        self.alpha[1:] += (1 - alpha)
+        self.gamma = gamma
+    def forward(self, preds, labels):
+        preds = preds.view(-1, preds.size(-1))
+        preds_softmax = F.softmax(preds, dim=1)
+        preds_logsoft = torch.log(preds_softmax)
+        preds_softmax = preds_softmax.gather(1, labels.view(-1, 1))
+        preds_logsoft = preds_logsoft.gather(1, labels.view(-1, 1))
+        alpha = self.alpha.gather(0, labels.view(-1))
+        loss = -torch.mul(torch.pow((1 - preds_softmax), self.gamma), preds_logsoft)
+        return torch.mul(alpha, loss.t()).mean()
+criterion = focal_loss(num_classes=3).to(DEVICE)
+preds = torch.randn(8, 3, device=DEVICE)
+labels = torch.randint(0, 3, (8,), device=DEVICE)
+"""
+
+
+def test_focal_loss_alpha_left_on_the_cpu_by_to(emu: Any) -> None:
+    """yatengLG/Focal-Loss-Pytorch#17 (also baal-org/baal#108): the class weights are a plain
+    tensor attribute, so ``criterion.to(DEVICE)`` leaves them on the CPU and
+    ``self.alpha.gather(0, labels.view(-1))`` fails. On meta the error comes two lines later
+    (meta's gather checks no devices): only the emulated GPU fails where CUDA does."""
+    d = fails_then_fixed(
+        emu,
+        FOCAL_LOSS,
+        "loss = criterion(preds, labels)",
+        got("index", "cuda:0", "cpu", "wrapper_CUDA_gather"),
+    )
+    assert [c.expression for c in d.culprits] == ["criterion.alpha"]
+    assert d.fix == (
+        "criterion.register_buffer('alpha', criterion.__dict__.pop('alpha').to(DEVICE))"
+    )
+    assert emu.user_ns["loss"].device.type == "cuda"
+
+
+VAE_PRIOR = """import torch, torch.nn as nn
+from torch.distributions import MultivariateNormal
+DEVICE = torch.device("cuda")
+class BoringModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 2)
+        latent_dim = 2
+        self.prior = MultivariateNormal(
+            torch.zeros(latent_dim),
+            scale_tril=torch.diag(torch.ones(latent_dim)))
+    def forward(self, x):
+        z = self.layer(x)
+        return -self.prior.log_prob(z).mean()
+model = BoringModel().to(DEVICE)
+batch = torch.randn(4, 32, device=DEVICE)
+"""
+
+
+def test_a_distribution_attribute_is_not_moved_by_to(emu: Any) -> None:
+    """Lightning-AI/pytorch-lightning#12943 (also pytorch/pytorch#12082,
+    facebookincubator/flowtorch#110): a VAE's prior is a ``torch.distributions`` object kept
+    as a module attribute; ``model.to(DEVICE)`` moves the layers, not the prior's tensors, and
+    ``self.prior.log_prob(z)`` fails deep in torch.distributions. The prior is named, and its
+    fix moves the tensors it holds."""
+    d = fails_then_fixed(
+        emu,
+        VAE_PRIOR,
+        "loss = model(batch)",
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu!",
+    )
+    assert [c.expression for c in d.culprits] == ["model.prior"]
+    assert d.culprits[0].description == (
+        "MultivariateNormal holding 3 tensors (not a Module: .to() skips it)"
+    )
+    assert d.fix == (
+        "vars(model.prior).update({k: v.to(DEVICE) for k, v in vars(model.prior).items() "
+        "if torch.is_tensor(v)})"
+    )
+    assert "not a Module" in d.to_text()
+    assert emu.user_ns["loss"].device.type == "cuda"

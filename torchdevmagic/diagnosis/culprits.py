@@ -11,6 +11,7 @@ here keeps a frame or a tensor alive once the analysis returns.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import prod
@@ -34,7 +35,7 @@ class Value:
     """What one expression the user wrote refers to. Plain data only."""
 
     expression: str
-    kind: str  # "tensor", "module", "container"
+    kind: str  # "tensor", "module", "container", "object" (a distribution holding tensors)
     type_name: str
     devices: tuple[str, ...]  # distinct devices, most common first
     dtypes: tuple[str, ...] = ()
@@ -222,7 +223,31 @@ def describe(
             device_counts=counts,
             object_id=id(obj),
         )
-    return _describe_container(obj, expression, torch)
+    return _describe_container(obj, expression, torch) or _describe_distribution(obj, expression)
+
+
+def _describe_distribution(obj: Any, expression: str) -> Optional[Value]:
+    """A ``torch.distributions`` object (a VAE's prior kept on a module): no Module, so
+    ``Module.to()`` leaves the tensors in its instance dict where they were made."""
+    dist = sys.modules.get("torch.distributions")
+    base = dict.get(_instance_dict(dist), "Distribution") if dist is not None else None
+    if not isinstance(base, type) or not is_a(obj, base):
+        return None
+    held = list(dict.values(_instance_dict(obj)))[:MAX_CONTAINER_ITEMS]
+    metas = [m for v in held if is_tensor(v) and (m := tensor_meta(v)) is not None]
+    if not metas:
+        return None
+    devices, counts = _counted([m.device for m in metas])
+    return Value(
+        expression=expression,
+        kind="object",
+        type_name=safe.type_name(obj),
+        devices=devices,
+        count=len(metas),
+        nbytes=sum({m.storage_key or i: m.nbytes for i, m in enumerate(metas)}.values()),
+        device_counts=counts,
+        object_id=id(obj),
+    )
 
 
 def _container_items(obj: Any) -> Optional[list[Any]]:

@@ -93,7 +93,8 @@ def names_meta(namespace: Optional[Mapping[str, Any]]) -> bool:
 
 
 def move_fix(value: Value, dev: str) -> str:
-    """``x = x.to(dev)``; in-place ``model.to(dev)`` for modules; containers rebuilt."""
+    """``x = x.to(dev)``; in-place ``model.to(dev)`` for modules; containers rebuilt; a
+    distribution's tensors moved in its instance dict."""
     e = value.expression
     if value.kind == "module":
         return f"{e}.to({dev})"
@@ -102,6 +103,11 @@ def move_fix(value: Value, dev: str) -> str:
             return f"{e} = {{k: v.to({dev}) for k, v in {e}.items()}}"
         maker = "tuple" if value.container == "tuple" else "list"
         return f"{e} = {maker}(t.to({dev}) for t in {e})"
+    if value.kind == "object":  # no .to(): the tensors it holds, each moved
+        return (
+            f"vars({e}).update({{k: v.to({dev}) for k, v in vars({e}).items() "
+            "if torch.is_tensor(v)})"
+        )
     return f"{e} = {e}.to({dev})"
 
 

@@ -52,6 +52,8 @@ def describe_value(v: cp.Value) -> str:
             return f"{v.type_name} (all {plural(v.params, 'parameter')})"
         where = "/".join(v.devices)
         return f"{v.type_name} ({plural(v.params, 'parameter')}, split across {where})"
+    if v.kind == "object":
+        return f"{v.type_name} holding {plural(v.count, 'tensor')} (not a Module: .to() skips it)"
     return f"{v.type_name} of {plural(v.count, 'tensor')}"
 
 
@@ -198,6 +200,11 @@ def _plain_attribute_notes(culprits: list[cp.Value]) -> list[str]:
             notes.append(
                 f"{v.expression} is a plain tensor attribute, so Module.to() does not move it: "
                 f"in __init__ use self.register_buffer({attr!r}, ...)"
+            )
+        elif v.kind == "object":
+            notes.append(
+                f"{v.expression} is not a Module, so Module.to() does not move its tensors: "
+                f"keep them as buffers and build the {v.type_name} in forward"
             )
     return notes
 
