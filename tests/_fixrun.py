@@ -26,8 +26,8 @@ def fails_then_fixed(
     shell: Any, setup: str, body: str, message: str, exc: type = RuntimeError
 ) -> Any:
     """``setup`` runs; ``%%devcheck`` + ``body`` fails with ``exc(message)``; the fix goes in
-    (a line replaced in the cell, or a line run first) and the cell then runs. Returns the
-    Diagnosis."""
+    (a line replaced in the cell or inserted before one, or a line run first) and the cell
+    then runs. Returns the Diagnosis."""
     assert shell.run_cell(setup).error_in_exec is None
     cell = "%%devcheck\n" + body
     result = shell.run_cell(cell)
@@ -41,7 +41,12 @@ def fails_then_fixed(
         fixed = cell
     else:
         lines = cell.splitlines()
-        lines[d.fix_lineno - 1] = d.fix
+        at = lines[d.fix_lineno - 1]
+        line = at[: len(at) - len(at.lstrip())] + d.fix  # indented like the line it meets
+        if d.fix_insert:
+            lines.insert(d.fix_lineno - 1, line)
+        else:
+            lines[d.fix_lineno - 1] = line
         fixed = "\n".join(lines)
     again = shell.run_cell(fixed)
     assert again.error_in_exec is None, (d.fix, again.error_in_exec)

@@ -106,6 +106,30 @@ def test_a_line_inserted_in_the_loop_keeps_its_indentation(shell: Any, capsys: A
     runs(shell, corrected)
 
 
+def test_two_tensors_the_cell_makes_are_moved_by_one_inserted_line(shell: Any, capsys: Any) -> None:
+    # HerreraKrachTeichmann/NJODE#14: ``tau`` and ``tdiff`` made on two lines, both off the
+    # device. Rewriting the first creating line alone leaves the cell failing on the second.
+    runs(
+        shell,
+        SETUP.replace("nn.Linear(4, 2)", "nn.Linear(6, 2)")
+        + "\nx = torch.randn(3, 4, device=DEVICE)",
+    )
+    cell = (
+        "%%devcheck\ntau = torch.full((3, 1), 0.5)\ntdiff = torch.full((3, 1), 0.1)\n"
+        "out = model(torch.cat([x, tau, tdiff], dim=1))"
+    )
+    err = shell.run_cell(cell, store_history=True).error_in_exec
+    assert str(err) == "Tensor on device cpu is not on the expected device meta!"
+    corrected, out = fix_cell(shell, capsys)
+    lines = cell.split("\n")
+    assert corrected == "\n".join(
+        [*lines[:3], "tau, tdiff = tau.to(DEVICE), tdiff.to(DEVICE)", lines[3]]
+    )
+    assert "(line 4 added)" in out
+    runs(shell, corrected)
+    assert shell.user_ns["out"].device.type == "meta"
+
+
 def test_a_fix_in_an_earlier_cell_is_named_not_pretended(shell: Any, capsys: Any) -> None:
     number = shell.execution_count
     runs(

@@ -305,6 +305,28 @@ def sample_audio_speaker(wav):
         "wav",
     ),
     Case(
+        # Two tensors of the cell off the device: a fix for the first alone fails on the
+        # second, so the one line moves both.
+        "njode_cat_of_time_features",
+        "https://github.com/HerreraKrachTeichmann/NJODE/issues/14",
+        PRE
+        + """class ODEFunc(nn.Module):
+    def __init__(self, input_size, hidden_size):
+        super().__init__()
+        self.f = nn.Linear(input_size + hidden_size + 2, hidden_size)
+    def forward(self, x, h, tau, tdiff):
+        input_f = torch.cat([torch.tanh(x), torch.tanh(h), tau, tdiff], dim=1)
+        return self.f(input_f)
+odefunc = ODEFunc(3, 5).to(DEVICE)
+x = torch.randn(4, 3, device=DEVICE)
+h = torch.randn(4, 5, device=DEVICE)
+""",
+        "tau = torch.tensor([[0.5]]).repeat(4, 1)\ntdiff = torch.tensor([[0.1]]).repeat(4, 1)\n"
+        "out = odefunc(x, h, tau, tdiff)",
+        "device_mismatch",
+        "tau",
+    ),
+    Case(
         "pack_padded_lengths_on_device",
         "https://github.com/pytorch/pytorch/issues/43227",
         PRE

@@ -145,6 +145,9 @@ def _mismatch_plan(culprits: list[cp.Value], tracer: Tracer, to_cpu: bool) -> Op
     if len(culprits) == 1:
         return tracer.plan(first)
     plans = [tracer.plan(v) for v in culprits]
+    joint = tracer.joint_plan(culprits, plans)
+    if joint is not None:
+        return joint
     if all(p is not None and p.lineno is None for p in plans):
         combined = fx.combined_fix(culprits, tracer.cell_dev)
         return Plan(combined) if combined else None

@@ -166,6 +166,24 @@ class Tracer:
             return Plan(f"{lhs} = {rhs}")
         return Plan(self.move(v))
 
+    def joint_plan(self, culprits: list[Value], plans: list[Optional[Plan]]) -> Optional[Plan]:
+        """Tensors of the cell off target, each made or bound on its own line (NJODE's
+        ``tau`` and ``tdiff``): correcting the first line alone fails next on the second, so
+        one line inserted before the failing statement moves them all."""
+        if len(culprits) < 2 or all(p is not None and p.lineno is None for p in plans):
+            return None  # one culprit, or every fix runs before the cell: combined there
+        if not all(v.kind == "tensor" and v.expression.isidentifier() for v in culprits):
+            return None
+        homes = [self.home(v) for v in culprits]
+        cell = homes[0]
+        if cell is None or not cell.is_cell or any(h is not cell for h in homes):
+            return None
+        names = [v.expression for v in culprits]
+        lhs, rhs = ", ".join(names), ", ".join(f"{n}.to({self.cell_dev})" for n in names)
+        at = cell.stmt.lineno if cell.stmt is not None else cell.lineno
+        why = "; ".join(p.note for p in plans if p is not None and p.note)
+        return Plan(f"{lhs} = {rhs}", at, cell.frame.f_code.co_filename, insert=True, note=why)
+
     def root_creation(self, v: Value, cell: Any) -> Optional[Plan]:
         """``batch["x"]`` where the cell itself creates ``batch`` before the failing line:
         moving the item would be undone by the re-run, so the creating line gets
