@@ -18,13 +18,16 @@ def format_bytes(n: Optional[float]) -> str:
         return f"{int(n)} B"
     exponent = min(int(math.log(n, 1024)), len(_BYTE_UNITS) - 1)
     value = n / 1024**exponent
-    if value >= 1023.95 and exponent < len(_BYTE_UNITS) - 1:
+    # The next unit from where the figure printed would round to 1024: 1023.5 KiB is
+    # "1.0 MiB", not "1024 KiB" (1000 to 1023 stay, as bytes do: binary units).
+    if value >= (1023.95 if value < 99.95 else 1023.5) and exponent < len(_BYTE_UNITS) - 1:
         value, exponent = value / 1024, exponent + 1
     text = f"{value:.1f}" if value < 99.95 else f"{value:.0f}"  # 99.96 is "100", not "100.0"
     return f"{text} {_BYTE_UNITS[exponent]}"
 
 
-_TIME_UNITS = ((1e3, "s"), (1.0, "ms"), (1e-3, "µs"), (1e-6, "ns"))  # (ms per unit, name)
+# The exponent of a nanosecond count in ".2e" form -> (digits before the point, unit)
+_TIME_PLACES = {f"+{e:02d}": (e % 3 + 1, ("ns", "µs", "ms", "s")[e // 3]) for e in range(12)}
 
 
 def format_ms(ms: Optional[float]) -> str:
@@ -32,25 +35,30 @@ def format_ms(ms: Optional[float]) -> str:
     best (ns to s): ``18.0 ms``, ``8.52 ms``, ``999.7 -> '1.00 s'`` (a value that rounds up
     to 1000 takes the next unit), ``0 -> '0 ns'``; 1000 s and more in whole seconds.
 
-    Called after every cell by ``%cuda_time on``: a few comparisons, one f-string."""
+    The figures are the nanoseconds rounded once (``format(ns, ".2e")``); the unit and the
+    point follow from that rounding, so no boundary prints four figures (``0.0009995`` was
+    "1000 ns": the unit was picked before rounding, by a comparison). Rounding is Python's
+    (an exact tie to even), as format_bytes' and every other figure's.
+    Called after every cell by ``%cuda_time on``: one f-string, a dict look-up, a slice."""
     if ms is None or math.isnan(ms):
         return "N/A"
     if ms < 0:
         return "-" + format_ms(-ms)
-    if ms >= 999.5e3:  # 1000 s and more: whole seconds, not "1.00e+03 s"
-        return "inf s" if ms == math.inf else f"{ms / 1e3:.0f} s"
-    for scale, unit in _TIME_UNITS:
-        if ms >= 0.9995 * scale:  # at least "1.00" in this unit once rounded
-            value = ms / scale
-            if value < 9.995:
-                return f"{value:.2f} {unit}"
-            if value < 99.95:
-                return f"{value:.1f} {unit}"
-            return f"{value:.0f} {unit}"
     if ms == 0:
         return "0 ns"
-    value = ms * 1e6  # under a nanosecond: three significant figures all the same
-    return f"{value:.{max(2, 2 - math.floor(math.log10(value)))}f} ns"
+    text = f"{ms * 1e6:.2e}" if ms < 999.5e3 else "1.00e+12"  # ns: "9.99e+02"
+    place = _TIME_PLACES.get(text[5:])
+    if place is not None:
+        point, unit = place
+        if point == 1:
+            return f"{text[:4]} {unit}"
+        if point == 2:
+            return f"{text[0]}{text[2]}.{text[3]} {unit}"
+        return f"{text[0]}{text[2:4]} {unit}"
+    if text[5] == "-":  # under a nanosecond: three significant figures all the same
+        return "0." + "0" * (int(text[6:]) - 1) + text[0] + text[2:4] + " ns"
+    # 1000 s and more (or rounding up to it): whole seconds, not "1.00e+03 s"
+    return "inf s" if ms == math.inf else f"{ms / 1e3:.0f} s"
 
 
 def format_shape(shape: Optional[tuple[int, ...]]) -> str:
