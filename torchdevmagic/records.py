@@ -346,6 +346,12 @@ class ScanStats:
     truncated_containers: tuple[str, ...] = ()  # paths of capped containers
     unvisited_objects: int = 0  # objects met after the whole-scan budget was spent
     mutated_containers: tuple[str, ...] = ()  # changed size while read, twice: skipped
+    # Past the depth limit (not walked, then looked through for the footer): the tensors,
+    # modules and optimizers there, by kind; the names they are under; names too big to check
+    deep_found: tuple[tuple[str, int], ...] = ()  # (("tensor", 1),)
+    deep_in: tuple[str, ...] = ()
+    deep_unchecked: tuple[str, ...] = ()
+    max_depth: int = 6  # the walk's depth limit (scan(max_depth=...))
 
 
 def to_plain(obj: Any) -> Any:

@@ -68,7 +68,10 @@ def headline(report: DevicesReport) -> str | None:
         where = f" on {report.device_filter}" if report.device_filter else ""
         s = report.stats
         skipped = s.skipped_objects or s.unvisited_objects or s.mutated_containers
-        partly = " in what could be inspected" if skipped or s.truncated_containers else ""
+        cut = s.truncated_containers or s.deep_in or s.deep_unchecked
+        partly = " in what could be inspected" if skipped or cut else ""
+        if s.deep_in:
+            partly = f" within depth {s.max_depth}"
         return f"No tensors, modules or optimizers found{where}{partly}."
     return None
 
@@ -80,13 +83,28 @@ def totals_line(report: DevicesReport) -> str:
 
 
 def footer_lines(s: ScanStats, hidden_rows: int) -> list[str]:
-    """What the report left out and why: rows not shown, caps, refusals, budget, mutation."""
+    """What the report left out and why: rows not shown, caps, depth, refusals, budget,
+    mutation."""
     lines = []
     if hidden_rows:
         lines.append(f"… {hidden_rows:,} more rows not shown (--top 0 shows all)")
     if s.truncated_containers:
         names = ", ".join(s.truncated_containers[:3])
-        lines.append(f"{s.skipped_items:,} container items not inspected (cap reached in {names})")
+        lines.append(
+            f"{s.skipped_items:,} container items not inspected (cap reached in {names}; "
+            "scan(max_items=...) raises it)"
+        )
+    if s.deep_in:
+        what = ", ".join(plural(n, kind) for kind, n in s.deep_found)
+        lines.append(
+            f"past depth {s.max_depth}, not shown: {what} in {name_some(list(s.deep_in))} "
+            "(scan(max_depth=...) goes deeper)"
+        )
+    if s.deep_unchecked:
+        lines.append(
+            f"past depth {s.max_depth}, not inspected (too much to look through): "
+            f"{name_some(list(s.deep_unchecked))} (scan(max_depth=...) goes deeper)"
+        )
     if s.skipped_objects:
         lines.append(f"{s.skipped_objects:,} objects refused inspection and were skipped")
     if s.unvisited_objects:

@@ -18,6 +18,7 @@ from torchdevmagic._torch import no_torch_function
 from torchdevmagic.records import Finding, Row, RowTable, ScanStats
 from torchdevmagic.safe.handles import Torch
 from torchdevmagic.scanning import findings
+from torchdevmagic.scanning.deep import look_below
 from torchdevmagic.scanning.history import history_named
 from torchdevmagic.scanning.holders import find_holders, private_entries
 from torchdevmagic.scanning.optimizers import finish_optimizers
@@ -80,6 +81,7 @@ def collect(entries: list[tuple[str, Any]], tt: Torch, limits: Limits) -> Collec
     walker = Walker(tt, limits)
     with gc_paused(), no_torch_function(tt.module_):
         walker.visit_all(entries)
+        look_below(walker)
         finish_optimizers(walker)
         modules = [(r.device, r.breakdown) for r in walker.module_rows]
         walker.findings += findings.grad_on_cpu(walker.ledger.rows, modules)

@@ -34,6 +34,16 @@ _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
+class Deep:
+    """What lies past the depth limit (:func:`.deep.look_below`): counts by kind, the names
+    it is under, and the names whose look below ran out of its budget."""
+
+    found: tuple[tuple[str, int], ...] = ()
+    found_in: tuple[str, ...] = ()
+    unchecked: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Limits:
     max_depth: int = DEFAULT_MAX_DEPTH
     max_items: int = DEFAULT_MAX_ITEMS
@@ -61,6 +71,9 @@ class Walker:
         self.over_budget = 0
         self.truncated: list[str] = []
         self.mutated: list[str] = []
+        self.root = ""  # the namespace name being walked
+        self.too_deep: dict[int, tuple[str, Any]] = {}  # id -> (root, object) past max_depth
+        self.deep: Deep = Deep()  # what :mod:`.deep` found past max_depth
 
     def stats(self) -> ScanStats:
         return ScanStats(
@@ -70,11 +83,16 @@ class Walker:
             truncated_containers=tuple(self.truncated),
             unvisited_objects=self.over_budget,
             mutated_containers=tuple(self.mutated),
+            deep_found=self.deep.found,
+            deep_in=self.deep.found_in,
+            deep_unchecked=self.deep.unchecked,
+            max_depth=self.max_depth,
         )
 
     # -- dispatch -----------------------------------------------------------------------------
     def visit_all(self, entries: Iterable[tuple[str, Any]]) -> None:
         for path, value in entries:
+            self.root = path
             self.visit(value, path, 0)
         self.ledger.flush()
 
@@ -91,7 +109,8 @@ class Walker:
             self.ledger.defer([obj], [path])  # read in one batch by the ledger's flush()
             return
         try:
-            if depth > self.max_depth:
+            if depth > self.max_depth:  # :mod:`.deep` looks below, for the report's footer
+                self.too_deep.setdefault(id(obj), (self.root, obj))
                 return
             if kind == "optimizer":
                 self.optimizers.append((path, obj))

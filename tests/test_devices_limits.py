@@ -1,0 +1,121 @@
+"""What the walk's limits leave out, said in every rendering of ``%devices`` (real shell):
+nesting past the depth limit, containers past the item cap."""
+
+from __future__ import annotations
+
+import html
+import io
+from typing import Any
+
+import pytest
+
+from torchdevmagic.report import DevicesReport
+
+DEEP_LINE = "past depth 6, not shown: 1 tensor in deep (scan(max_depth=...) goes deeper)"
+
+
+def run(shell: Any, code: str) -> Any:
+    result = shell.run_cell(code)
+    if result.error_before_exec or result.error_in_exec:
+        raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}")
+    return result.result
+
+
+def rich_text(report: DevicesReport, width: int = 200) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, color_system=None, file=io.StringIO())
+    console.print(report)
+    return console.export_text()
+
+
+def test_nesting_past_the_depth_limit_is_said_in_text_html_and_rich(
+    shell: Any, capsys: Any
+) -> None:
+    """The lead's case: eight nested lists around a tensor printed "No tensors, modules or
+    optimizers found." and nothing else."""
+    run(shell, "import torch\ndeep = [[[[[[[[torch.zeros(1000)]]]]]]]]")
+    capsys.readouterr()
+    run(shell, "%devices")
+    out = capsys.readouterr().out
+    assert "No tensors, modules or optimizers found within depth 6." in out
+    assert DEEP_LINE in out
+    report = run(shell, "%devices -o")
+    assert report.stats.deep_found == (("tensor", 1),) and report.stats.deep_in == ("deep",)
+    data, _ = shell.display_formatter.format(report)
+    assert DEEP_LINE in data["text/plain"]
+    assert html.escape(DEEP_LINE) in data["text/html"]
+    assert DEEP_LINE in rich_text(report)
+
+
+def test_the_way_it_names_shows_the_tensor(shell: Any) -> None:
+    """The footer's advice works: scan(max_depth=...) finds the row, and says nothing more."""
+    run(shell, "import torch, torchdevmagic\ndeep = [[[[[[[[torch.zeros(1000)]]]]]]]]")
+    report = run(shell, "torchdevmagic.scan(max_depth=8)")
+    assert [r.path for r in report.rows] == ["deep" + "[0]" * 8]
+    assert report.stats.deep_in == () and "past depth" not in str(report)
+
+
+def test_a_deep_graph_without_tensors_says_nothing(shell: Any, capsys: Any) -> None:
+    """A logging.Logger reaches dozens of handlers and formatters past depth 6: nothing
+    is left out there, so the report does not say something was."""
+    run(shell, "import logging, torch\nlog = logging.getLogger('x')\nx = torch.zeros(2)")
+    report = run(shell, "%devices -o")
+    assert report.stats.deep_in == () and report.stats.deep_unchecked == ()
+    assert "past depth" not in str(report)
+
+
+def test_deep_modules_and_tensors_are_counted_once_per_object(shell: Any) -> None:
+    run(
+        shell,
+        "import torch\nt = torch.zeros(3)\nm = torch.nn.Linear(2, 2)\n"
+        "cfg = {'a': {'b': {'c': {'d': {'e': {'f': {'g': [t, m, t]}}}}}}}\n"
+        "again = [[[[[[[[[m]]]]]]]]]",
+    )
+    report = run(shell, "%devices -o")
+    # t is a variable, m too: the look below still counts what it meets there
+    assert report.stats.deep_found == (("tensor", 2), ("module", 2))
+    assert report.stats.deep_in == ("cfg", "again")
+    assert "past depth 6, not shown: 2 tensors, 2 modules in cfg, again" in str(report)
+
+
+def test_a_container_reached_shallower_elsewhere_is_not_reported(shell: Any) -> None:
+    """Cut at depth 7 under one name, walked at depth 1 under another: it was inspected."""
+    run(
+        shell,
+        "import torch\ninner = [torch.zeros(2)]\na_deep = [[[[[[[inner]]]]]]]\nz_shallow = [inner]",
+    )
+    report = run(shell, "%devices -o")
+    assert report.stats.deep_in == () and "past depth" not in str(report)
+
+
+def test_a_look_below_that_runs_out_says_so(shell: Any, monkeypatch: Any) -> None:
+    from torchdevmagic.scanning import deep
+
+    monkeypatch.setattr(deep, "PROBE_OBJECTS", 50)
+    run(shell, "import torch\ndeep = [[[[[[[[{} for _ in range(99)], [torch.zeros(1)]]]]]]]]")
+    report = run(shell, "%devices -o")
+    assert report.stats.deep_unchecked == ("deep",) and report.stats.deep_in == ()
+    assert (
+        "past depth 6, not inspected (too much to look through): deep "
+        "(scan(max_depth=...) goes deeper)"
+    ) in str(report)
+
+
+def test_the_item_cap_says_how_to_raise_it(shell: Any, capsys: Any) -> None:
+    run(shell, "import torch\nwide = list(range(100_000)) + [torch.zeros(3)]")
+    capsys.readouterr()
+    run(shell, "%devices")
+    out = capsys.readouterr().out
+    assert "No tensors, modules or optimizers found in what could be inspected." in out
+    assert (
+        "1 container items not inspected (cap reached in wide; scan(max_items=...) raises it)"
+    ) in out
+
+
+@pytest.mark.parametrize("depth", [0, 1])
+def test_a_tensor_within_the_limit_leaves_no_note(shell: Any, depth: int) -> None:
+    run(shell, "import torch\nx = " + "[" * (6 + depth) + "torch.zeros(1)" + "]" * (6 + depth))
+    report = run(shell, "%devices -o")
+    assert [r.path for r in report.rows] == ["x" + "[0]" * (6 + depth)]
+    assert "past depth" not in str(report)
