@@ -252,11 +252,25 @@ class DevcheckMagics(Magics):
             _shown.take_back(exc)
 
     def show_full_traceback(self) -> None:
+        """The last error as IPython showed it in full. A magic's ``UsageError`` has no
+        traceback of the user's code (IPython shows it in one line, as ``type(value) is
+        UsageError``): its frames would be argparse's and the magic's. A syntax error has
+        none either: IPython's own rendering of it (the cell, its line, the caret)."""
+        from IPython.core.error import UsageError
+
         value = getattr(sys, "last_value", None)
-        if value is None:
+        if not isinstance(value, BaseException):
             print("No error to show.")
             return
-        tbf = self._shell.InteractiveTB
+        if type(value) is UsageError:
+            print(f"The last error was a usage error of a magic (no traceback): {value}")
+            return
+        shell = self._shell
+        if isinstance(value, SyntaxError):
+            stb = shell.SyntaxTB.structured_traceback(type(value), value, None)
+            print(shell.SyntaxTB.stb2text(stb))
+            return
+        tbf = shell.InteractiveTB
         stb = tbf.structured_traceback(type(value), value, value.__traceback__)
         print(tbf.stb2text(stb))
 
