@@ -289,3 +289,27 @@ def test_device_filter_and_bad_names(shell: Any) -> None:
     gc.collect()
     assert shell.user_ns["refs"][0]() is not None  # nothing was dropped by those
     assert "<step>" in str(shell.run_line_magic("devices", "cpu --free -o"))
+
+
+def test_history_is_read_once_per_report(emu: Any, monkeypatch: Any) -> None:
+    """The holders path read IPython's history twice (to leave it out of the private names,
+    then to measure it): once now, and both uses see the same entries."""
+    from torchdevmagic.scanning import holders
+
+    calls: list[int] = []
+    real = holders.history_entries
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    run(emu, "import torch\n_cache = torch.zeros(2**20, device='cuda')")
+    run(emu, "torch.ones(2**18, device='cuda')")  # Out[n]: 1 MiB of history
+    monkeypatch.setattr(holders, "history_entries", counted)
+    import torchdevmagic.api
+
+    monkeypatch.setattr(torchdevmagic.api, "history_entries", counted)
+    text = str(emu.run_line_magic("devices", "-o"))
+    assert len(calls) == 1
+    assert "your _names hold 4.0 MiB (_cache; %devices -a shows them)" in text
+    assert "IPython output history holds 1.0 MiB" in text

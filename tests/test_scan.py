@@ -1029,7 +1029,7 @@ def test_gpu_rows_show_named_vs_allocated_and_the_gap() -> None:
 def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     from torchdevmagic.render.devices import holder_text
     from torchdevmagic.safe import Torch
-    from torchdevmagic.scanning import Limits, collect, find_holders
+    from torchdevmagic.scanning import Limits, collect, find_holders, history_entries
 
     x = torch.zeros(1000)
     loss = (torch.ones(10, requires_grad=True) * 2).sum()
@@ -1049,10 +1049,10 @@ def test_holders_name_output_history_traceback_and_autograd_graphs() -> None:
     except ValueError:
         sys.last_traceback = sys.exc_info()[2]
     try:
-        holders = find_holders(
-            ns, found.storage_owner, found.graph_roots, tt, limits, hidden={"_": last}
-        )
-        mine = find_holders({**ns, "_": torch.zeros(250)}, found.storage_owner, [], tt, limits)
+        history = history_entries(ns, {"_": last})
+        holders = find_holders(found.storage_owner, found.graph_roots, tt, limits, history=history)
+        mine_history = history_entries({**ns, "_": torch.zeros(250)})
+        mine = find_holders(found.storage_owner, [], tt, limits, history=mine_history)
     finally:
         sys.last_traceback = None
     cpu = [holder_text(h) for h in holders if h.device == "cpu"]

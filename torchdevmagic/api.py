@@ -22,6 +22,7 @@ from torchdevmagic.scanning import (
     Limits,
     collect,
     find_holders,
+    history_entries,
     private_entries,
     visible_entries,
 )
@@ -78,15 +79,15 @@ def scan(
         gpu_records = tuple(device_memory(dict(found.named_by_device), backend=gpu_backend))
         if any(g.unnamed_bytes for g in gpu_records):  # looking is not free: only when needed
             shell_hidden = hidden if isinstance(hidden, dict) else None  # user_ns_hidden
+            history = history_entries(namespace, shell_hidden)  # measured, and not private
             with no_torch_function(torch):
                 holders = find_holders(
-                    namespace,
                     found.storage_owner,
                     found.graph_roots,
                     tt,
                     limits,
-                    hidden=shell_hidden,
-                    private=() if include_hidden else private_entries(namespace, shell_hidden),
+                    history=history,
+                    private=() if include_hidden else private_entries(namespace, history),
                 )
     rows, findings = _filtered(found, device, sort)
     return DevicesReport(

@@ -148,9 +148,10 @@ def free_memory(
         with no_torch_function(torch):
             found = collect(user_entries(namespace, hidden), tt, limits)
             hidden_ns = getattr(shell, "user_ns_hidden", None)
-            pinned = hd.measure(
-                namespace, found.storage_owner, tt, limits, frames, hidden=hidden_ns
-            )
+            # the entries are not kept here: they hold the values that are to be freed
+            history = hd.history_entries(namespace, hidden_ns)
+            pinned = hd.measure(found.storage_owner, tt, limits, frames, history=history)
+            del history
         chosen, empty = choose(pinned, wanted)
         if device is not None:
             want = Device.parse(device)

@@ -199,9 +199,11 @@ class _Scan:
             f for f in hd.function_frames(fr.frame for fr in self.c.frames) if f not in frames
         ]
         try:
+            history = hd.history_entries(self.namespace or {})
             pinned = hd.measure(
-                self.namespace or {}, self.found.storage_owner, self.tt, self.limits, frames
+                self.found.storage_owner, self.tt, self.limits, frames, history=history
             )
+            del history  # it holds the values a --free would give back
         finally:
             frames.clear()
         out = []

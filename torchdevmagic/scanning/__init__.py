@@ -20,7 +20,7 @@ from torchdevmagic.safe.handles import Torch
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.deep import look_below
 from torchdevmagic.scanning.history import history_named
-from torchdevmagic.scanning.holders import find_holders, private_entries
+from torchdevmagic.scanning.holders import find_holders, history_entries, private_entries
 from torchdevmagic.scanning.optimizers import finish_optimizers
 from torchdevmagic.scanning.walker import (
     DEFAULT_MAX_DEPTH,
@@ -40,6 +40,7 @@ __all__ = [
     "Limits",
     "collect",
     "find_holders",
+    "history_entries",
     "private_entries",
 ]
 

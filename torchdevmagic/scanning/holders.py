@@ -124,19 +124,20 @@ def history_entries(
 
 
 def private_entries(
-    namespace: Mapping[str, Any], hidden: Optional[Mapping[str, Any]] = None
+    namespace: Mapping[str, Any], history: Iterable[tuple[str, Any, Any]] = ()
 ) -> list[tuple[str, Any]]:
     """The user's own ``_names`` (``_cache``, a ``_`` they assigned): a report without -a
     leaves them out, so what they hold would look like memory nobody holds. Not IPython's
-    history names, nor ``_``/``__``/``___`` where they are history (:func:`history_entries`)."""
-    history = {id(v) for _, v, _ in history_entries(namespace, hidden)}
+    history names, nor ``_``/``__``/``___`` where they are ``history`` (the namespace's
+    :func:`history_entries`, which the holder search measures too)."""
+    history_ids = {id(v) for _, v, _ in history}
     return [
         (name, value)
         for name, value in list(_dict_items(dict(namespace)))
         if type(name) is str
         and name.startswith("_")
         and not _IPYTHON_HISTORY.fullmatch(name)
-        and not (name in UNDERS and id(value) in history)
+        and not (name in UNDERS and id(value) in history_ids)
     ]
 
 
@@ -212,21 +213,21 @@ def frame_locals(frame: types.FrameType) -> list[tuple[str, Any]]:
 
 
 def measure(
-    namespace: Mapping[str, Any],
     counted: dict[int, str],
     tt: Torch,
     limits: Limits,
     frames: list[types.FrameType],
     *,
-    hidden: Optional[Mapping[str, Any]] = None,
+    history: Iterable[tuple[str, Any, Any]] = (),
     private: Iterable[tuple[str, Any]] = (),
 ) -> list[Pinned]:
     """Each holder entry with the bytes it keeps alive that ``counted`` (storage key -> path
     of a name) and earlier entries do not: ``private`` names first (the user's, what they
-    reach is not pinned by history), then the output history, then each frame."""
+    reach is not pinned by history), then the output ``history`` (:func:`history_entries`),
+    then each frame."""
     walker = Walker(tt, limits, _HoldersLedger(tt, counted))
     out: list[Pinned] = [_one(walker, PRIVATE, name, None, [(name, v)]) for name, v in private]
-    for path, value, key in history_entries(namespace, hidden):
+    for path, value, key in history:
         out.append(_one(walker, HISTORY, path, key, [(path, value)]))
     for index, frame in enumerate(frames):
         name = f"<{frame.f_code.co_name}>"
@@ -248,21 +249,20 @@ def _one(walker: Walker, kind: str, path: str, key: Any, entries: list[Any]) -> 
 
 
 def find_holders(
-    namespace: Mapping[str, Any],
     counted: dict[int, str],
     graph_roots: list[tuple[str, str]],
     tt: Torch,
     limits: Limits,
     *,
-    hidden: Optional[Mapping[str, Any]] = None,
+    history: Iterable[tuple[str, Any, Any]] = (),
     private: Iterable[tuple[str, Any]] = (),
 ) -> tuple[Holder, ...]:
-    """Holders per device of memory not in ``counted`` (storage key -> path); ``hidden`` is
-    the shell's ``user_ns_hidden`` (see :func:`history_entries`), ``private`` the names the
-    report left out (:func:`private_entries`)."""
+    """Holders per device of memory not in ``counted`` (storage key -> path): the output
+    ``history`` (:func:`history_entries`), the ``private`` names the report left out
+    (:func:`private_entries`), the stored tracebacks' frames."""
     frames = traceback_frames(stored_tracebacks())
     try:
-        pinned = measure(namespace, counted, tt, limits, frames, hidden=hidden, private=private)
+        pinned = measure(counted, tt, limits, frames, history=history, private=private)
     finally:
         frames.clear()
     holders: list[Holder] = []
