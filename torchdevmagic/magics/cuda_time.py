@@ -112,7 +112,12 @@ class CudaTimeMagics(Magics):
             )
         except (ValueError, CaptureInProgress) as exc:
             raise UsageError(f"%%cuda_time: {exc}") from None
-        compiled = compile_cell(self.shell, cell, "cuda_time")
+        try:
+            compiled = compile_cell(self.shell, cell, "cuda_time")
+        except SyntaxError as exc:  # the user's, shown as IPython shows it: none of our frames
+            BaseException.with_traceback(exc, None)  # a bare raise adds none back
+            del exc
+            raise
         key = source_key(compiled.source, plan.device)
 
         def body() -> Any:

@@ -100,7 +100,12 @@ class DevcheckMagics(Magics):
         from torchdevmagic.magics._cell import compile_cell, quiet, run_compiled  # not at load
 
         full = parse(self.devcheck, line, "%devcheck").full
-        compiled = compile_cell(self._shell, cell, "devcheck")
+        try:
+            compiled = compile_cell(self._shell, cell, "devcheck")
+        except SyntaxError as exc:  # the user's, shown as IPython shows it: none of our frames
+            BaseException.with_traceback(exc, None)  # a bare raise adds none back
+            del exc
+            raise
         try:
             value = run_compiled(self._shell, compiled)
         except BaseException as exc:
