@@ -43,7 +43,12 @@ def optimizer_row(walker: Walker, path: str, opt: Any) -> None:
     note = plural(len(acc), "state tensor")
     if not len(acc):
         device = _param_device(walker, ns.get("param_groups"))
-        note = "no state yet (before the first step)"
+        stateless = _sgd_without_momentum(walker, opt, ns.get("param_groups"))
+        note = (
+            "no state: SGD without momentum keeps none"
+            if stateless
+            else ("no state yet (before the first step)")
+        )
     walker.ledger.rows.append(
         Row(
             path=path,
@@ -103,6 +108,18 @@ def _count_state(
         for p, d, e, shape in zip(paths, cols.device, expected, cols.shape)
         if e and d != e and not (shape == () and d == "cpu")
     ]
+
+
+def _sgd_without_momentum(walker: Walker, opt: Any, groups: Any) -> bool:
+    """Whether ``opt`` is an SGD whose groups all have momentum 0: it never keeps state,
+    so an empty state does not mean "before the first step" (torch.optim.SGD's step
+    stores a momentum buffer only when momentum is not 0)."""
+    optim = dict.get(walker.tt.module_.__dict__, "optim")
+    sgd = dict.get(optim.__dict__, "SGD") if type(optim) is type(walker.tt.module_) else None
+    if type(sgd) is not type or not issubclass(type(opt), sgd) or type(groups) is not list:
+        return False
+    momenta = [dict.get(g, "momentum") if type(g) is dict else None for g in groups]
+    return bool(momenta) and all(type(m) in (int, float) and m == 0 for m in momenta)
 
 
 def _param_device(walker: Walker, groups: Any) -> str:
