@@ -119,3 +119,14 @@ def test_a_tensor_within_the_limit_leaves_no_note(shell: Any, depth: int) -> Non
     report = run(shell, "%devices -o")
     assert [r.path for r in report.rows] == ["x" + "[0]" * (6 + depth)]
     assert "past depth" not in str(report)
+
+
+def test_a_chain_deeper_than_the_look_below_says_so(shell: Any) -> None:
+    """A linked list of 300 nodes goes past the look's own 100 levels: not inspected, said."""
+    run(
+        shell,
+        "import torch\nclass Node:\n    def __init__(self, nxt):\n        self.next = nxt\n"
+        "chain = torch.zeros(1)\nfor _ in range(300):\n    chain = Node(chain)",
+    )
+    report = run(shell, "%devices -o")
+    assert report.stats.deep_unchecked == ("chain",) and report.stats.deep_in == ()

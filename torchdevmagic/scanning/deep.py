@@ -3,10 +3,11 @@
 The walk stops ``max_depth`` levels below a name (``deep = [[[[[[[[x]]]]]]]]`` ends at the
 seventh list). Every object it stopped at is looked through here by a walk that only counts
 the tensors, modules and optimizers it meets (no rows, no storages read, no paths kept), on
-a budget of its own: the footer then says that ``deep`` holds a tensor the table does not
-show, and stays quiet about deep graphs that hold none (a ``logging.Logger`` reaches dozens
-of objects past depth 6, all handlers and formatters). Runs no user code: the same readers
-as the walk.
+budgets of its own (objects and depth; a name whose look ran past one is reported as not
+inspected). The footer then says that ``deep`` holds a tensor the table does not show, and
+stays quiet about deep graphs that hold none (a ``logging.Logger`` reaches dozens of
+objects past depth 6, all handlers and formatters). Runs no user code: the same readers as
+the walk.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ class _Counter(Walker):
         if kind in ("tensor", "module", "optimizer"):
             self.found[kind] = self.found.get(kind, 0) + 1
             return
-        if depth > self.max_depth or id(obj) in self.seen:
+        if id(obj) in self.seen:
+            return
+        if depth > self.max_depth:  # deeper than the look goes: say so, as for the budget
+            self.over_budget += 1
             return
         self.seen.add(id(obj))
         try:
