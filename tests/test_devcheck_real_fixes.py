@@ -13,6 +13,27 @@ pytest.importorskip("torch")
 
 VARIANTS = [
     Case(
+        # The plain dict of Lightning-AI/pytorch-lightning#4408 holding heads, read in a
+        # comprehension over ``.items()``: the dict is moved as a ModuleDict.
+        "heads_in_a_plain_dict_read_by_items",
+        "https://github.com/Lightning-AI/pytorch-lightning/issues/4408",
+        PRE
+        + """class MultiHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 8)
+        self.heads = {"age": nn.Linear(8, 1), "sex": nn.Linear(8, 2)}
+    def forward(self, x):
+        h = self.body(x)
+        return {k: head(h) for k, head in self.heads.items()}
+model = MultiHead().to(DEVICE)
+x = torch.randn(4, 8, device=DEVICE)
+""",
+        "out = model(x)",
+        "device_mismatch",
+        "model.heads",
+    ),
+    Case(
         "anonymous_factory_on_a_cell_line",
         "https://discuss.pytorch.org/t/what-does-register-buffer-do/121091",
         PRE + "model = nn.Linear(4, 2).to(DEVICE)\nx = torch.randn(3, 4, device=DEVICE)\n",

@@ -475,3 +475,50 @@ def test_a_distribution_attribute_is_not_moved_by_to(emu: Any) -> None:
     )
     assert "not a Module" in d.to_text()
     assert emu.user_ns["loss"].device.type == "cuda"
+
+
+METRICS_IN_A_DICT = """import torch, torch.nn as nn
+DEVICE = torch.device("cuda")
+class Accuracy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("correct", torch.tensor(0))
+        self.register_buffer("total", torch.tensor(0))
+    def forward(self, preds, target):
+        self.correct += torch.sum(preds == target)
+        self.total += target.numel()
+        return self.correct.float() / self.total
+class LitModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(8, 3)
+        self.metrics = {"accuracy": Accuracy()}
+    def training_step(self, x, y):
+        preds = self.layer(x).argmax(1)
+        for metric_name, metric in self.metrics.items():
+            metric(preds, y)
+model = LitModel().to(DEVICE)
+x = torch.randn(4, 8, device=DEVICE)
+y = torch.tensor([0, 1, 2, 1], device=DEVICE)
+"""
+
+
+def test_a_metric_in_a_plain_dict_is_moved_as_a_module_dict(emu: Any) -> None:
+    """Lightning-AI/pytorch-lightning#4408: ``self.metrics['accuracy'] = Accuracy()`` in a
+    plain dict; ``model.to()`` skips the dict, so the metric's state stays on the CPU and
+    ``self.correct += ...`` fails (on meta it runs: a CPU scalar may meet meta). The fix was
+    ``metric.to(DEVICE); metric.correct, ...``: ``metric`` is the loop variable of
+    ``training_step``, no notebook name (NameError). Now the dict is named and moved, as a
+    ModuleDict so it stays moved."""
+    d = fails_then_fixed(
+        emu,
+        METRICS_IN_A_DICT,
+        "model.training_step(x, y)",
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu!",
+    )
+    assert d.culprits[0].expression == "model.metrics"
+    assert d.culprits[0].description == "dict of 1 module"
+    assert d.fix == "model.metrics = torch.nn.ModuleDict(model.metrics).to(DEVICE)"
+    assert "in __init__ use nn.ModuleDict" in d.to_text()
+    assert emu.user_ns["model"].metrics["accuracy"].correct.device.type == "cuda"

@@ -48,13 +48,15 @@ def describe_value(v: cp.Value) -> str:
             what += " (plain attribute: .to() skips it)"
         return what
     if v.kind == "module":
+        if len(v.devices) <= 1 and not v.params and v.count:  # a metric: buffers only
+            return f"{v.type_name} (all {plural(v.count, 'buffer')})"
         if len(v.devices) <= 1:
             return f"{v.type_name} (all {plural(v.params, 'parameter')})"
         where = "/".join(v.devices)
         return f"{v.type_name} ({plural(v.params, 'parameter')}, split across {where})"
     if v.kind == "object":
         return f"{v.type_name} holding {plural(v.count, 'tensor')} (not a Module: .to() skips it)"
-    return f"{v.type_name} of {plural(v.count, 'tensor')}"
+    return f"{v.type_name} of {plural(v.count, 'module' if v.items == 'module' else 'tensor')}"
 
 
 def culprit_row(v: cp.Value) -> Culprit:
@@ -133,7 +135,15 @@ def _plain_attribute_fix(v: cp.Value, dev: str) -> Optional[str]:
     return f"{owner}.register_buffer({attr!r}, {owner}.__dict__.pop({attr!r}).to({dev}))"
 
 
+def _moved_with(v: cp.Value, culprits: list[cp.Value]) -> bool:
+    """A parameter or buffer of a module culprit: moving the module moves it."""
+    return not v.plain_attribute and any(
+        m.kind == "module" and v.expression.startswith(m.expression + ".") for m in culprits
+    )
+
+
 def _mismatch_plan(culprits: list[cp.Value], tracer: Tracer, to_cpu: bool) -> Optional[Plan]:
+    culprits = [v for v in culprits if not _moved_with(v, culprits)]
     if not culprits:
         return None
     first = culprits[0]

@@ -20,7 +20,7 @@ module that is split across devices on purpose.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from torchdevmagic.diagnosis import fixes as fx
@@ -125,6 +125,13 @@ class Tracer:
         container = self.container_plan(v, fr)
         if container is not None:
             return container
+        if home is not None and home is not fr:
+            # Named in an outer function (``for name, metric in self.metrics.items()``,
+            # then ``metric(preds, y)``): no notebook name, so the plain container there.
+            container = self.container_plan(replace(v, local=v.expression), home)
+            if container is not None:
+                return container
+            return self.function_plan(replace(v, local=v.expression), home)
         if not v.expression.startswith("self.") and v.expression != v.local:
             return Plan(self.move(v))  # named from the notebook (a module attribute path)
         if fr is not None and not fr.is_cell:
@@ -263,7 +270,9 @@ class Tracer:
         path, container = self.container_of(v, fr)
         if container is None or path.startswith("self."):
             return None
-        durable = "nn.ModuleList" if container.items == "module" else "register_buffer"
+        durable = "register_buffer"
+        if container.items == "module":
+            durable = "nn.ModuleDict" if container.container == "dict" else "nn.ModuleList"
         return Plan(
             rw.container_fix(path, container, self.cell_dev),
             culprit=container,
@@ -278,6 +287,13 @@ class Tracer:
         local = v.local
         if local.isidentifier():
             node = fm.loop_over(fr.func or fr.tree, fr.lineno, local)
+            if (  # ``for name, head in self.heads.items()``: the dict itself
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("items", "values")
+                and not node.args
+            ):
+                node = node.func.value
         elif local.endswith("]"):
             try:
                 sub = ast.parse(local, mode="eval").body
