@@ -11,7 +11,7 @@ import pytest
 
 from torchdevmagic.report import DevicesReport
 
-DEEP_LINE = "past depth 6, not shown: 1 tensor in deep (scan(max_depth=...) goes deeper)"
+DEEP_LINE = "past depth 6, not walked: 1 tensor in deep (scan(max_depth=...) goes deeper)"
 
 
 def run(shell: Any, code: str) -> Any:
@@ -73,10 +73,11 @@ def test_deep_modules_and_tensors_are_counted_once_per_object(shell: Any) -> Non
         "again = [[[[[[[[[m]]]]]]]]]",
     )
     report = run(shell, "%devices -o")
-    # t is a variable, m too: the look below still counts what it meets there
-    assert report.stats.deep_found == (("tensor", 2), ("module", 2))
+    # t and m are variables too (shown under their names): the footer says "not walked",
+    # and counts each object once (t twice in cfg, m in cfg and in again)
+    assert report.stats.deep_found == (("tensor", 1), ("module", 1))
     assert report.stats.deep_in == ("cfg", "again")
-    assert "past depth 6, not shown: 2 tensors, 2 modules in cfg, again" in str(report)
+    assert "past depth 6, not walked: 1 tensor, 1 module in cfg, again" in str(report)
 
 
 def test_a_container_reached_shallower_elsewhere_is_not_reported(shell: Any) -> None:

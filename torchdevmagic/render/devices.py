@@ -97,7 +97,7 @@ def footer_lines(s: ScanStats, hidden_rows: int) -> list[str]:
     if s.deep_in:
         what = ", ".join(plural(n, kind) for kind, n in s.deep_found)
         lines.append(
-            f"past depth {s.max_depth}, not shown: {what} in {name_some(list(s.deep_in))} "
+            f"past depth {s.max_depth}, not walked: {what} in {name_some(list(s.deep_in))} "
             "(scan(max_depth=...) goes deeper)"
         )
     if s.deep_unchecked:

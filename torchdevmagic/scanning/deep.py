@@ -28,7 +28,8 @@ class _Counter(Walker):
         super().__init__(walker.tt, limits, walker.ledger)  # the ledger is never used
         self.classes, self.kinds, self.kind_of = walker.classes, walker.kinds, walker.kind_of
         self.seen = walker.seen  # what the walk walked is reported already
-        self.found: dict[str, int] = {}
+        self.found: dict[str, set[int]] = {}  # kind -> ids: each object once, however reached
+        self.met = 0  # finds, an object met again included: which names hold any
 
     def visit(self, obj: Any, path: str, depth: int) -> None:
         self.visited += 1
@@ -40,7 +41,8 @@ class _Counter(Walker):
         if kind == "skip":
             return
         if kind in ("tensor", "module", "optimizer"):
-            self.found[kind] = self.found.get(kind, 0) + 1
+            self.found.setdefault(kind, set()).add(id(obj))
+            self.met += 1
             return
         if id(obj) in self.seen:
             return
@@ -55,7 +57,8 @@ class _Counter(Walker):
 
     def _defer(self, tensors: list[Any], paths: list[str]) -> None:
         self.visited += len(tensors)
-        self.found["tensor"] = self.found.get("tensor", 0) + len(tensors)
+        self.found.setdefault("tensor", set()).update(map(id, tensors))
+        self.met += len(tensors)
 
 
 def look_below(walker: Walker) -> None:
@@ -69,13 +72,15 @@ def look_below(walker: Walker) -> None:
     found_in: dict[str, None] = {}
     unchecked: dict[str, None] = {}
     for root, obj in cut:
-        before, over = sum(counter.found.values()), counter.over_budget
+        before, over = counter.met, counter.over_budget
         counter.visit(obj, root, 0)
-        if sum(counter.found.values()) > before:
+        if counter.met > before:
             found_in[root] = None
         elif counter.over_budget > over:
             unchecked[root] = None
     del cut
     order = {"tensor": 0, "module": 1, "optimizer": 2}
-    found = tuple(sorted(counter.found.items(), key=lambda kv: order[kv[0]]))
+    found = tuple(
+        sorted(((k, len(v)) for k, v in counter.found.items()), key=lambda kv: order[kv[0]])
+    )
     walker.deep = Deep(found, tuple(found_in), tuple(u for u in unchecked if u not in found_in))
