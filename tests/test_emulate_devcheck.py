@@ -522,3 +522,43 @@ def test_a_metric_in_a_plain_dict_is_moved_as_a_module_dict(emu: Any) -> None:
     assert d.fix == "model.metrics = torch.nn.ModuleDict(model.metrics).to(DEVICE)"
     assert "in __init__ use nn.ModuleDict" in d.to_text()
     assert emu.user_ns["model"].metrics["accuracy"].correct.device.type == "cuda"
+
+
+CW_ATTACK = """import torch, torch.nn as nn
+device = torch.device("cuda")
+model = nn.Linear(8, 10).to(device)
+def cw_l2_attack(model, images, labels, targeted=False, c=1e-4, kappa=0, max_iter=1000):
+    images = images.to(device)
+    labels = labels.to(device)
+    outputs = model(images)
+    one_hot_labels = torch.eye(len(outputs[0]))[labels].to(device)
+    return one_hot_labels
+images = torch.randn(4, 8)
+labels = torch.tensor([1, 2, 3, 4])
+"""
+
+
+def test_a_cpu_table_indexed_by_gpu_labels_is_the_one_moved(emu: Any) -> None:
+    """Harry24k/CW-pytorch#3: ``torch.eye(len(outputs[0]))[labels]`` with the labels on the
+    GPU raises "indices should be either on cpu or on the same device as the indexed tensor
+    (cpu)", and the user asked which side to move. The diagnosis took the CPU for the target,
+    named outputs and labels (and the cell's CPU images and labels, which never reach that
+    line) and offered ``len(outputs.to('cpu')[0])``, which changes nothing. The eye matrix,
+    made on the failing line without device=, is the odd one out; the corrected line, put
+    where the tool says (line 8 of the cell defining cw_l2_attack), makes the call run."""
+    assert emu.run_cell(CW_ATTACK).error_in_exec is None
+    err = emu.run_cell("%%devcheck\nadv = cw_l2_attack(model, images, labels)").error_in_exec
+    assert str(err) == (
+        "indices should be either on cpu or on the same device as the indexed tensor (cpu)"
+    )
+    d = emu.run_line_magic("devcheck", "-o")
+    assert [(c.expression, c.device) for c in d.culprits] == [("torch.eye(len(outputs[0]))", "cpu")]
+    assert d.fix == (
+        "one_hot_labels = torch.eye(len(outputs[0]), device=images.device)[labels].to(device)"
+    )
+    assert d.fix_lineno == 8 and not d.fix_insert
+    lines = CW_ATTACK.splitlines()
+    lines[7] = "    " + d.fix
+    assert emu.run_cell("\n".join(lines)).error_in_exec is None
+    assert emu.run_cell("adv = cw_l2_attack(model, images, labels)").error_in_exec is None
+    assert emu.user_ns["adv"].device.type == "cuda"

@@ -272,6 +272,23 @@ def _optimizer_state_plan(c: Ctx) -> Optional[Plan]:
     return Plan(f"{name}.load_state_dict({name}.state_dict())", note=why)
 
 
+def _gpu_index_device(match: rl.Match, target: str, frames: list[Any]) -> Optional[str]:
+    """ "indices should be either on cpu or on the same device as the indexed tensor (cpu)":
+    a CPU tensor indexed by a GPU one (``torch.eye(n)[labels]``, Harry24k/CW-pytorch#3,
+    whose user asked which side to move). The rest of the failing line is on that GPU, so
+    the CPU table is what moves; the GPU the failing line's tensors are on, else None."""
+    if match.rule != "indices_device" or fx.device_type(target) != "cpu" or not frames:
+        return None
+    gpus = [
+        d
+        for v in frames[-1].values
+        if v.kind == "tensor"
+        for d in v.devices
+        if fx.device_type(d) not in ("cpu", "meta")
+    ]
+    return max(set(gpus), key=gpus.count) if gpus else None
+
+
 def device_mismatch(c: Ctx) -> Diagnosis:
     match, frames, namespace = c.match, c.frames, c.namespace
     involved = match.devices
@@ -280,6 +297,9 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     forced = match.details.get("target")
     target = forced or _concrete(_choose_target(match, relevant), relevant)
     allowed = match.details.get("also_allowed")
+    gpu_index = _gpu_index_device(match, target, frames)
+    if gpu_index is not None:  # a CPU table indexed on the GPU: the table is the odd one
+        target, allowed = gpu_index, None
     others = [d for d in involved if not fx.on_device((d,), target)]
 
     def odd(v: cp.Value) -> bool:
@@ -292,18 +312,18 @@ def device_mismatch(c: Ctx) -> Diagnosis:
             return any(not fx.on_device((d,), target) and d != allowed for d in v.devices)
         return any(fx.on_device((d,), o) for d in v.devices for o in others)
 
-    culprits = unique(innermost(frames, odd))
     tracer = Tracer(frames, namespace, target)
+    anonymous = tracer.anonymous_plan(frames[-1]) if frames else None
+    # A tensor made on the failing line without device=, and no name on that line off
+    # target: the made tensor is the culprit, not an outer frame's look-alike.
+    made_here = anonymous is not None and not any(odd(v) for v in frames[-1].values)
+    culprits = [] if made_here else unique(innermost(frames, odd))
     rows = [culprit_row(v) for v in culprits]
     plan = _meta_model_plan(culprits, everything, target, namespace)
     plan = plan or _mismatch_plan(culprits, tracer, bool(forced))
-    if not culprits and frames:
-        anonymous = tracer.anonymous_plan(frames[-1])
-        if anonymous is not None:
-            made, plan = anonymous
-            rows = [
-                Culprit(made, ", ".join(others) or "?", "made on the failing line without device=")
-            ]
+    if not culprits and anonymous is not None:
+        made, plan = anonymous
+        rows = [Culprit(made, ", ".join(others) or "?", "made on the failing line without device=")]
     if plan is None and not culprits:
         plan = _optimizer_state_plan(c)
     if plan is not None and plan.culprit is not None:
@@ -312,6 +332,9 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     notes += _plain_attribute_notes(culprits)
     summary = _mismatch_summary(match, rows, culprits, target, others, notes)
     shown = {v.object_id for v in culprits}  # a culprit under its inner name too
+    if made_here:  # the outer frames' values did not reach the failing line
+        inner = {v.object_id for v in frames[-1].values}
+        relevant = [v for v in relevant if v.object_id in inner]
     context = [v for v in relevant if v.object_id not in shown]
     fields = with_plan(dict(c.base, fix=None), plan)
     return Diagnosis(
