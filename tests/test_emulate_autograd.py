@@ -231,6 +231,34 @@ def test_a_users_autograd_function_records_its_node(emu: Any) -> None:
     assert torch.equal(x.grad.cpu(), torch.tensor([3.0, 4.0, 5.0]))
 
 
+class _ReLUMask(torch.autograd.Function):
+    """A backward that makes its mask where the gradient is, as pytorch/pytorch#2353 fixed
+    torch's own reduce backward to do (its index was made on the CPU)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        (x,) = ctx.saved_tensors
+        mask = torch.zeros(x.shape, device=grad.device)
+        mask[x > 0] = 1.0
+        return grad * mask
+
+
+def test_a_users_backward_makes_tensors_on_the_emulated_gpu(emu: Any) -> None:
+    # The engine runs backward with the modes of the backward() call, which came through
+    # the emulator's own mode: torch.zeros(..., device="cuda:0") reached the absent CUDA
+    # backend ("Could not run 'aten::empty.memory_format' with arguments from the 'CUDA'
+    # backend"), where a GPU makes the tensor.
+    x = torch.tensor([-1.0, 2.0, -3.0, 4.0], device="cuda", requires_grad=True)
+    _ReLUMask.apply(x).sum().backward()
+    assert x.grad.device.type == "cuda"
+    assert torch.equal(x.grad.cpu(), torch.tensor([0.0, 1.0, 0.0, 1.0]))
+
+
 def test_deepcopy_keeps_values_grads_and_parameters(emu: Any) -> None:
     model = nn.Linear(3, 2).cuda()
     model(torch.ones(1, 3, device="cuda")).sum().backward()

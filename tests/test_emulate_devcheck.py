@@ -562,3 +562,38 @@ def test_a_cpu_table_indexed_by_gpu_labels_is_the_one_moved(emu: Any) -> None:
     assert emu.run_cell("\n".join(lines)).error_in_exec is None
     assert emu.run_cell("adv = cw_l2_attack(model, images, labels)").error_in_exec is None
     assert emu.user_ns["adv"].device.type == "cuda"
+
+
+CLAMP = """import torch
+class Clamp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, = ctx.saved_tensors
+        mask = torch.zeros(x.shape)
+        mask[x > 0] = 1.0
+        return grad_out * mask
+x = torch.randn(4, 3, device="cuda", requires_grad=True)
+"""
+
+
+def test_a_mask_made_on_the_cpu_in_a_users_backward(emu: Any) -> None:
+    """A custom Function's backward makes its mask on the CPU (pytorch/pytorch#2353: torch's
+    own reduce backward made its index there, "which fails if the ctx is a CUDA tensor").
+    The GPU-side index was named as the odd one out and moved to the CPU, which fails on the
+    next line; the mask is the culprit, made with the gradient's device."""
+    assert emu.run_cell(CLAMP).error_in_exec is None
+    err = emu.run_cell("%%devcheck\nClamp.apply(x).sum().backward()").error_in_exec
+    assert str(err).startswith("indices should be either on cpu or on the same device")
+    d = emu.run_line_magic("devcheck", "-o")
+    assert [c.expression for c in d.culprits] == ["mask"]
+    assert d.fix == "mask = torch.zeros(x.shape, device=grad_out.device)"
+    lines = CLAMP.splitlines()
+    assert d.fix_lineno == 10 and lines[9].strip() == "mask = torch.zeros(x.shape)"
+    lines[9] = "        " + d.fix
+    assert emu.run_cell("\n".join(lines)).error_in_exec is None
+    assert emu.run_cell("Clamp.apply(x).sum().backward()").error_in_exec is None
+    assert emu.user_ns["x"].grad.device.type == "cuda"

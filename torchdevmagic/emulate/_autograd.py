@@ -11,6 +11,7 @@ Broadcast/Gather/Scatter are such Functions.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 import weakref
@@ -45,6 +46,19 @@ def _user_backward(cls: Any) -> Callable[..., Any]:
     return cls.backward  # type: ignore[no-any-return]
 
 
+def _placing() -> Any:
+    """The session's placement mode, for a user's ``backward``: autograd's engine runs it
+    with the torch function modes of the ``backward()`` call, which came through that very
+    mode (a mode is off while it handles a call), so ``torch.zeros(n, device=g.device)``
+    there would reach the real, absent CUDA backend."""
+    from torchdevmagic.emulate import _session
+
+    active = _session._ACTIVE
+    if active is None or torch._C._len_torch_function_stack():
+        return contextlib.nullcontext()
+    return active.mode
+
+
 def _bridge(cls: type) -> Any:
     bridge: Any = _bridges.get(cls)
     if bridge is not None:
@@ -74,7 +88,8 @@ def _bridge(cls: type) -> Any:
             wrap(g, dev) if dev is not None and isinstance(g, torch.Tensor) else g
             for g, dev in zip(grads, devices)
         ]
-        result = _user_backward(user)(ctx, *outer)
+        with _placing():
+            result = _user_backward(user)(ctx, *outer)
         if isinstance(result, tuple):
             return tuple(_inner(r) for r in result)
         return _inner(result)
