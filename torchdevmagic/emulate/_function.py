@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchdevmagic.emulate import _grads, _rules, _tensor
+from torchdevmagic.emulate import _grads, _rules, _sizes, _tensor
 from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
@@ -95,10 +95,14 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return _mixed(func, args, kwargs, (new_args, new_kwargs), st)
     if _dispatch_modes() and not (_grad_enabled() and _needs_grad(st[2])):
         return usual(func, args, kwargs)  # a user's dispatch mode sees the emulated tensors
+    if func in _sizes.GROWS and _tensor.ledger is not None:
+        _sizes.check_before(func, new_args, new_kwargs, device)
     try:
         out = func(*new_args, **new_kwargs)
     except NotImplementedError as exc:
         raise _rules.no_cpu_kernel(func, exc) from None
+    except RuntimeError as exc:
+        raise _tensor.refused(exc, device) from None
     if type(out) is _Tensor:
         for w in inputs:
             if w.__dict__["_inner"] is out:
@@ -165,7 +169,10 @@ def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
     finally:
         _tensor.on_random = None
         draws.restore()
-    out = func(*new[0], **new[1])  # a mix CUDA allows: record the graph on the CPU
+    try:
+        out = func(*new[0], **new[1])  # a mix CUDA allows: record the graph on the CPU
+    except RuntimeError as exc:
+        raise _tensor.refused(exc, st[0]) from None
     return _wrap_out(out, st[2], st[3], st[0])
 
 

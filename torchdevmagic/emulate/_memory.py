@@ -15,6 +15,9 @@ and never less than the peak since ``empty_cache``.
 from __future__ import annotations
 
 import gc
+import os
+import re
+import types
 import weakref
 from typing import Any
 
@@ -111,19 +114,40 @@ class Ledger:
         self.used = True
         bound = _BYTES
         if bound[index] + nbytes > self.capacity:
-            gc.collect()  # what only a reference cycle keeps goes first, as Python would
-            allocated = self.exact(storage)[index]
-            if allocated + nbytes > self.capacity:
-                # CUDA's caching allocator frees its unused cached blocks and retries before
-                # it gives up: what stays reserved is the blocks in use.
-                self.reserved[index] = _blocks(allocated)
-                raise out_of_memory(index, nbytes, allocated, self.capacity, self.reserved[index])
+            error = self.refusal(device, nbytes, storage)
+            if error is not None:
+                raise error
         _REFS[ref] = nbytes << _INDEX_BITS | index
         total = bound[index] = bound[index] + nbytes
         if total > self.peak[index]:
             self.peak[index] = total
             if total > self.reserved[index]:
                 self.reserved[index] = _blocks(total)
+
+    def fits(self, device: torch.device, nbytes: int) -> None:
+        """Before ``nbytes`` are allocated on ``device``: fail as CUDA would if they do not
+        fit. A GPU refuses before anything is allocated."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        if _BYTES[device.index or 0] + nbytes > self.capacity:
+            error = self.refusal(device, nbytes)
+            if error is not None:
+                raise error
+
+    def room(self, device: torch.device) -> int:
+        """Bytes free on ``device`` by the registered storages' count (gradients aside)."""
+        return self.capacity - _BYTES[device.index or 0]
+
+    def refusal(self, device: torch.device, nbytes: int, pending: Any = None) -> Any:
+        """CUDA's out-of-memory error if ``nbytes`` more do not fit on ``device``, else None."""
+        index = device.index or 0
+        gc.collect()  # what only a reference cycle keeps goes first, as Python would
+        allocated = self.exact(pending)[index]
+        if allocated + nbytes <= self.capacity:
+            return None
+        # CUDA's caching allocator frees its unused cached blocks and retries before it gives
+        # up: what stays reserved is the blocks in use.
+        self.reserved[index] = _blocks(allocated)
+        return out_of_memory(index, nbytes, allocated, self.capacity, self.reserved[index])
 
     def reset_peak(self, index: int) -> None:
         self.peak[index] = self.exact()[index]
@@ -146,4 +170,40 @@ def out_of_memory(index: int, size: int, allocated: int, capacity: int, reserved
         "pytorch-cuda-alloc-conf)"
     )
     cls = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
-    return cls(text)
+    error: Any = cls(text)
+    error.emulated = True  # ours: the frames it is raised through are the emulator's
+    return error
+
+
+_CPU_REFUSED = re.compile(
+    r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) "
+)
+
+
+def cpu_refused(exc: BaseException) -> int:
+    """The bytes the CPU allocator refused in ``exc`` (0: not such an error)."""
+    if type(exc) is not RuntimeError:
+        return 0
+    found = _CPU_REFUSED.search(str(exc))
+    return int(found.group(1)) if found else 0
+
+
+def unpinned(exc: BaseException) -> BaseException:
+    """An emulated out-of-memory error without the emulator's frames it was raised through:
+    hidden from the user anyway, they hold the tensor that did not fit (a traceback IPython
+    keeps would pin it). Other frames (torch's, the user's) stay."""
+    if not getattr(exc, "emulated", False):
+        return exc
+    kept = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+            kept.append(tb)
+        tb = tb.tb_next
+    new = None
+    for entry in reversed(kept):
+        new = types.TracebackType(new, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return exc.with_traceback(new)
+
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -14,12 +14,15 @@ from typing import Any, Callable, Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
+from torchdevmagic.emulate import _sizes, _tensor
 from torchdevmagic.emulate._function import handle
 from torchdevmagic.emulate._grads import relink, unlink
+from torchdevmagic.emulate._memory import unpinned
 from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, inner_of, wrap
 
 _CPU = torch.device("cpu")
 _function_modes = torch._C._len_torch_function_stack
+_OutOfMemory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
 
 class Devices:
@@ -62,7 +65,13 @@ def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bo
     if source == target and dtype == x.dtype and not copy:
         return x
     if target.type == "cuda":
-        return wrap(inner_of(x).to(dtype=dtype, copy=True), target)
+        inner = inner_of(x)
+        _sizes.copy_check(inner, dtype, target)  # before the copy, as a GPU refuses
+        try:
+            moved = inner.to(dtype=dtype, copy=True)
+        except RuntimeError as exc:
+            raise _tensor.refused(exc, target) from None
+        return wrap(moved, target)
     if target.type == "cpu" and type(x) is EmulatedTensor:
         return inner_of(x).to(dtype=dtype, copy=True)
     with torch._C.DisableTorchFunction():
@@ -113,17 +122,20 @@ class PlacementMode(TorchFunctionMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
-        kwargs = kwargs or {}
-        handler = self.handlers.get(func)
-        if handler is not None:
-            return handler(func, args, kwargs)
-        if "device" in kwargs:
-            target = self.devices.resolve(kwargs["device"])
-            if target is not None:
-                return self._factory(func, args, kwargs, target)
-        if _function_modes():  # a user's torch function mode underneath sees our tensors
-            return func(*args, **kwargs)
-        return handle(func, args, kwargs)
+        try:
+            kwargs = kwargs or {}
+            handler = self.handlers.get(func)
+            if handler is not None:
+                return handler(func, args, kwargs)
+            if "device" in kwargs:
+                target = self.devices.resolve(kwargs["device"])
+                if target is not None:
+                    return self._factory(func, args, kwargs, target)
+            if _function_modes():  # a user's torch function mode underneath sees our tensors
+                return func(*args, **kwargs)
+            return handle(func, args, kwargs)
+        except _OutOfMemory as exc:
+            raise unpinned(exc) from None  # CUDA out of memory on the emulated GPU
 
     def _factory(self, func: Any, args: Any, kwargs: dict[str, Any], target: torch.device) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
@@ -131,7 +143,12 @@ class PlacementMode(TorchFunctionMode):
         grad = bool(kwargs.pop("requires_grad", False)) if "requires_grad" in kwargs else None
         if kwargs.get("pin_memory"):
             kwargs["pin_memory"] = False
-        out = func(*[inner_of(a) for a in args], **kwargs)
+        args = [inner_of(a) for a in args]
+        _sizes.factory_check(func, args, kwargs, target)  # before it is made, as a GPU refuses
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as exc:
+            raise _tensor.refused(exc, target) from None
         if isinstance(out, torch.Tensor) and type(out) is not EmulatedTensor:
             result = wrap(out.detach() if out.requires_grad else out, target)
             if grad:

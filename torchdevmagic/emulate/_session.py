@@ -142,6 +142,7 @@ def _apply(session: Session) -> None:
         if isinstance(types, list):
             p.append(types, _tensor.EmulatedTensor)
     _tensor.on_new_storage = session.ledger.add
+    _tensor.ledger = session.ledger
     p.call(_clear_hooks)
     _grads.unpark()  # links to emulated tensors' CPU leaves hold them weakly while it runs
     p.call(_grads.park)
@@ -166,6 +167,7 @@ def _apply(session: Session) -> None:
 
 def _clear_hooks() -> None:
     _tensor.on_new_storage = None
+    _tensor.ledger = None
     _serialize.clear()
 
 

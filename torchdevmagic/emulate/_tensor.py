@@ -24,6 +24,8 @@ _no_torch_function = torch._C.DisableTorchFunction
 
 # Called with every fresh emulated tensor's CPU tensor (set by the session: memory ledger).
 on_new_storage: Optional[Callable[[torch.device, torch.Tensor], None]] = None
+# The session's memory ledger (``_memory.Ledger``), for checks before an allocation.
+ledger: Any = None
 # Called with the kwargs of each random op run here, while set (``_function``'s check run).
 on_random: Optional[Callable[[dict[str, Any]], None]] = None
 _SEEDED = torch.Tag.nondeterministic_seeded
@@ -139,7 +141,10 @@ class EmulatedTensor(torch.Tensor):
         cls, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
-        return _function.handle(func, args, kwargs or {})
+        try:
+            return _function.handle(func, args, kwargs or {})
+        except _OutOfMemory as exc:
+            raise _memory.unpinned(exc) from None  # CUDA out of memory on the emulated GPU
 
     @classmethod
     def __torch_dispatch__(  # type: ignore[override]
@@ -148,8 +153,11 @@ class EmulatedTensor(torch.Tensor):
         __tracebackhide__ = True  # IPython and pytest show the caller
         # Torch function modes (our placement mode too) see every size() and stride() call;
         # below dispatch nothing needs them.
-        with _no_torch_function():
-            return run(func, args, kwargs or {})
+        try:
+            with _no_torch_function():
+                return run(func, args, kwargs or {})
+        except _OutOfMemory as exc:
+            raise _memory.unpinned(exc) from None  # CUDA out of memory on the emulated GPU
 
 
 def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
@@ -219,12 +227,14 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         redispatch = _rules.check(func, args, kwargs)
         if redispatch is not None:
             return redispatch(*args, **kwargs)
+    if device is None:
+        device = _rules.first_emulated_device(args, kwargs)
     try:
         out = func(*new_args, **new_kwargs)
     except NotImplementedError as exc:
         raise _rules.no_cpu_kernel(func, exc) from None
-    if device is None:
-        device = _rules.first_emulated_device(args, kwargs)
+    except RuntimeError as exc:
+        raise refused(exc, device) from None
     return _wrap_out(out, flat, device)
 
 
@@ -240,6 +250,19 @@ def _wrap_out(out: Any, inputs: list[Any], device: Any) -> Any:
     return out
 
 
+def refused(exc: BaseException, device: Any) -> BaseException:
+    """CUDA's out-of-memory error where the CPU allocator refused an emulated allocation
+    that does not fit the emulated GPU either; else ``exc`` itself (the CPU has less memory
+    than the emulated GPU: that is the CPU's error to tell)."""
+    nbytes = _memory.cpu_refused(exc)
+    memory = ledger
+    if nbytes and memory is not None and device is not None:
+        error = memory.refusal(device, nbytes)
+        if error is not None:
+            return error  # type: ignore[no-any-return]
+    return exc
+
+
 def inner_of(t: Any) -> Any:
     """The CPU tensor behind an emulated tensor; anything else unchanged."""
     return t.__dict__["_inner"] if type(t) is EmulatedTensor else t
@@ -252,4 +275,6 @@ def device_of(t: torch.Tensor) -> torch.device:
     return torch.Tensor.device.__get__(t)
 
 
-from torchdevmagic.emulate import _function, _grads  # noqa: E402  (they build on this module)
+from torchdevmagic.emulate import _function, _grads, _memory  # noqa: E402  (they build on this)
+
+_OutOfMemory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
