@@ -102,6 +102,52 @@ def test_linear_with_the_input_left_on_the_cpu() -> None:
     )
 
 
+# -- random ops with a tensor argument ----------------------------------------------------------
+def test_bernoulli_takes_its_probabilities_from_any_device() -> None:
+    # The lead's report: t.bernoulli_(p) with t on the GPU and p a 2-d CPU tensor was refused
+    # ("Expected all tensors to be on the same device..."). Both kernels move p to self's
+    # device first: p_.to(self.device()) in cuda/DistributionTemplates.h bernoulli_kernel,
+    # p_.to(kCPU) in cpu/DistributionTemplates.h; the stub runs self's device's kernel.
+    p = torch.full((3, 4), 0.25)
+    torch.manual_seed(7)
+    t = torch.empty(3, 4, device="cuda")
+    assert t.bernoulli_(p) is t and t.device == torch.device("cuda", 0)
+    torch.manual_seed(7)
+    assert torch.equal(t.cpu(), torch.empty(3, 4).bernoulli_(p))  # the CPU's draws
+    other = torch.empty(3, 4, device="cuda:1").bernoulli_(p.to("cuda"))  # another GPU's p
+    assert other.device == torch.device("cuda", 1)
+    broadcast = torch.empty(2, 3, 4, device="cuda").bernoulli_(torch.full((4,), 0.5))
+    assert broadcast.device == torch.device("cuda", 0)
+    plain = torch.empty(3, 4)
+    back = plain.bernoulli_(p.to("cuda"))  # a CPU self, GPU probabilities: the CPU kernel
+    assert back is plain and type(back) is torch.Tensor
+    out = torch.empty(3, 4, device="cuda")
+    assert torch.bernoulli(p, out=out) is out  # bernoulli.out: result.bernoulli_(p) inside
+    cpu_out = torch.empty(3, 4)
+    assert torch.bernoulli(p.to("cuda"), out=cpu_out) is cpu_out
+
+
+def test_random_ops_other_than_bernoulli_keep_their_checks() -> None:
+    # normal(Tensor, Tensor) has a dispatcher check (no device_check: NoCheck in
+    # native_functions.yaml); binomial runs a TensorIterator over count and prob
+    # (_s_binomial_cuda); the in-place ones (normal_, exponential_, uniform_...) take floats.
+    mean = torch.zeros(3, device="cuda")
+    raises(
+        lambda: torch.normal(mean, torch.ones(3)),
+        RuntimeError,
+        got("std", "cpu", "cuda:0", "wrapper_CUDA_Tensor_Tensor_normal"),
+    )
+    raises(
+        lambda: torch.binomial(torch.ones(3, device="cuda"), torch.full((3,), 0.5)),
+        RuntimeError,
+        ITER.format("cuda:0", "cpu"),
+    )
+    assert torch.normal(mean, 1.0).device == mean.device
+    for op in ("normal_", "exponential_", "uniform_", "cauchy_", "log_normal_", "geometric_"):
+        args = (0.5,) if op == "geometric_" else ()
+        assert getattr(torch.empty(3, device="cuda"), op)(*args).is_emulated
+
+
 # -- indexing ---------------------------------------------------------------------------------
 def test_index_select_gather_embedding_refuse_a_cpu_index() -> None:
     x = torch.randn(5, 3, device="cuda")

@@ -266,6 +266,11 @@ _NEVER_CHECKED = {
     "aten::detach",
     "aten::alias",
     "aten::lift_fresh",
+    # Both kernels move the probabilities to self's device first (p_.to(self.device()) in
+    # cuda/DistributionTemplates.h, p_.to(kCPU) in cpu/DistributionTemplates.h; the stub
+    # picks the kernel by self's device): bernoulli_(p) and bernoulli(p, out=) take any mix.
+    "aten::bernoulli_",
+    "aten::bernoulli",
 }
 _INDEX = {"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"}
 _CONV = {"aten::convolution", "aten::_convolution", "aten::convolution_overrideable"}

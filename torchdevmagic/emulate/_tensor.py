@@ -186,7 +186,7 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
 
 
 def _take(x: Any, flat: list[Any], state: list[Any]) -> Any:
-    """The CPU tensor for ``x``; records its device in ``state`` = [device, mixed]."""
+    """The CPU tensor for ``x``; ``state`` = [device, mixed, the other tensors]."""
     if type(x) is EmulatedTensor:
         d = x.__dict__
         dev = d["_emulated_device"]
@@ -198,6 +198,7 @@ def _take(x: Any, flat: list[Any], state: list[Any]) -> Any:
         return d["_inner"]
     if isinstance(x, torch.Tensor):
         state[1] = True
+        state[2].append(x)
     return x
 
 
@@ -207,7 +208,7 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if on_random is not None and _SEEDED in func.tags:
         on_random(kwargs)
     flat: list[Any] = []
-    state: list[Any] = [None, False]  # the first emulated device; whether devices mix
+    state: list[Any] = [None, False, []]  # the first emulated device; mixed; other tensors
     new_args = [
         [_take(x, flat, state) for x in a]
         if type(a) is list or type(a) is tuple
@@ -235,18 +236,21 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         raise _rules.no_cpu_kernel(func, exc) from None
     except RuntimeError as exc:
         raise refused(exc, device) from None
-    return _wrap_out(out, flat, device)
+    return _wrap_out(out, flat, device, state[2])
 
 
-def _wrap_out(out: Any, inputs: list[Any], device: Any) -> Any:
+def _wrap_out(out: Any, inputs: list[Any], device: Any, others: list[Any]) -> Any:
     __tracebackhide__ = True  # IPython and pytest show the caller
     if isinstance(out, torch.Tensor):
         for w in inputs:
             if w.__dict__["_inner"] is out:
                 return w  # in-place and out= ops return their argument
+        for t in others:
+            if t is out:
+                return t  # written into a CPU argument (cpu.bernoulli_(p), out=cpu)
         return wrap(out, device)
     if type(out) is tuple or type(out) is list:
-        return type(out)(_wrap_out(o, inputs, device) for o in out)
+        return type(out)(_wrap_out(o, inputs, device, others) for o in out)
     return out
 
 
