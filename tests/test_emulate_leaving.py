@@ -1,0 +1,95 @@
+"""Taking a model off the emulated GPU: ``model.cpu()`` / ``model.to("cpu")`` during a session
+and after it, as on a GPU: the same Parameter objects (optimizers hold them), plain CPU
+tensors, the values and gradients they had.
+
+The lead's report: a model moved to emulated cuda and kept after ``%emulate_cuda off`` could
+not be moved back: ``model.cpu()`` raised ``RuntimeError: Attempted to call
+variable.set_data(tensor), but variable and tensor have incompatible tensor type.``
+(``Module._apply`` sets ``param.data`` for a CPU result; during a session too.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchdevmagic.emulate import emulate_cuda  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
+
+TRAIN = """\
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+model = model.cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+x = torch.randn(16, 4, device="cuda")
+loss = model(x).pow(2).mean()
+loss.backward()
+opt.step()
+kept = list(model.parameters())
+values = [p.detach().cpu().clone() for p in kept]
+grads = [p.grad.cpu().clone() for p in kept]
+"""
+
+
+def _check_moved(ns: dict[str, Any]) -> None:
+    model, kept = ns["model"], ns["kept"]
+    params = list(model.parameters())
+    assert all(a is b for a, b in zip(params, kept))  # identity: the optimizer's objects
+    assert all(type(p) is torch.nn.Parameter and p.device.type == "cpu" for p in params)
+    assert not any(getattr(p, "is_emulated", False) for p in params)
+    assert all(torch.equal(p.detach(), v) for p, v in zip(params, ns["values"]))
+    assert all(p.grad is not None and type(p.grad) is torch.Tensor for p in params)
+    assert all(torch.equal(p.grad, g) for p, g in zip(params, ns["grads"]))
+    assert all(p.requires_grad for p in params)
+    assert ns["opt"].param_groups[0]["params"][0] is params[0]
+
+
+@pytest.mark.parametrize("move", ["model.cpu()", "model.to('cpu')"])
+def test_model_kept_after_emulate_cuda_off_moves_back(shell: Any, move: str) -> None:
+    for cell in ("%emulate_cuda on", TRAIN, "%emulate_cuda off", move):
+        result = shell.run_cell(cell)
+        assert result.error_in_exec is None, (cell, result.error_in_exec)
+    _check_moved(shell.user_ns)
+    # Training goes on on the CPU: the optimizer's state follows its parameters when
+    # reloaded, as after model.cpu() on a GPU machine.
+    cells = [
+        "opt.load_state_dict(opt.state_dict())",
+        "loss = model(torch.randn(16, 4)).pow(2).mean()\nloss.backward()\nopt.step()",
+        "state = opt.state[kept[0]]['exp_avg']",
+    ]
+    for cell in cells:
+        result = shell.run_cell(cell)
+        assert result.error_in_exec is None, (cell, result.error_in_exec)
+    assert type(shell.user_ns["state"]) is torch.Tensor
+
+
+def test_model_cpu_during_the_session_and_back() -> None:
+    ns: dict[str, Any] = {}
+    with emulate_cuda(memory=64 << 20):
+        exec(TRAIN, ns)
+        del ns["loss"]  # (its graph holds the weights, as a GPU's would until it goes)
+        before = torch.cuda.memory_allocated()
+        ns["model"].cpu()
+        _check_moved(ns)
+        weights = sum(p.numel() * 4 for p in ns["kept"])
+        assert torch.cuda.memory_allocated() == before - 2 * weights  # weights and gradients
+        ns["model"].cuda()
+        assert all(p.is_emulated for p in ns["model"].parameters())
+        assert all(a is b for a, b in zip(ns["model"].parameters(), ns["kept"]))
+        ns["opt"].step()  # back together with its state on the GPU
+
+
+def test_data_of_a_kept_tensor_set_to_a_cpu_tensor() -> None:
+    with emulate_cuda():
+        t = torch.ones(3, device="cuda", requires_grad=True)
+        p = torch.nn.Parameter(torch.ones(2, device="cuda"))
+    t.data = torch.zeros(5)  # another shape, as set_data allows
+    p.data = torch.full((2,), 3.0)
+    assert type(t) is torch.Tensor and t.device.type == "cpu" and t.requires_grad
+    assert t.tolist() == [0.0] * 5
+    assert type(p) is torch.nn.Parameter and p.tolist() == [3.0, 3.0]
