@@ -40,6 +40,7 @@ def _touched_modules() -> list[Any]:
         sys.modules["torch.optim.optimizer"],
         torch.utils,
         torch.utils._foreach_utils,
+        torch._C,
     ]
     for name in ("accelerator", "distributed"):
         if hasattr(torch, name):
@@ -64,12 +65,14 @@ def test_leaving_restores_every_attribute_by_identity() -> None:
     before = _snapshot()
     originals = (torch.cuda.is_available, torch.compile, torch._utils._rebuild_tensor_v2)
     init_pg = dist.init_process_group
+    grouping = torch._C._group_tensors_by_device_and_dtype
     with emulate_cuda(devices=2):
         assert torch.cuda.is_available is not originals[0]
         assert _snapshot() != before
     assert _snapshot() == before
     assert (torch.cuda.is_available, torch.compile, torch._utils._rebuild_tensor_v2) == originals
     assert dist.init_process_group is init_pg
+    assert torch._C._group_tensors_by_device_and_dtype is grouping
     assert torch.cuda.is_available() is False
 
 

@@ -20,6 +20,14 @@ from torchdevmagic.emulate._memory import Ledger
 from torchdevmagic.emulate._placement import Devices
 
 # The memory functions, stood in for in torch.cuda and in torch.cuda.memory alike.
+_COUNTS = ("allocation", "active", "segment", "inactive_split")
+_EVENTS = (
+    "num_alloc_retries",
+    "num_ooms",
+    "num_sync_all_streams",
+    "num_device_alloc",
+    "num_device_free",
+)
 MEMORY_NAMES = (
     "memory_allocated",
     "max_memory_allocated",
@@ -254,12 +262,26 @@ class CudaStandIns:
     def memory_stats(self, device: Any = None) -> dict[str, int]:
         index = self.index(device)
         allocated = self.ledger.allocated(index)
-        return {
-            "allocated_bytes.all.current": allocated,
-            "allocated_bytes.all.peak": self.ledger.peak[index],
-            "reserved_bytes.all.current": self.ledger.reserved[index],
-            "reserved_bytes.all.peak": self.ledger.reserved[index],
-        }
+        peak, reserved = self.ledger.peak[index], self.ledger.reserved[index]
+        # The caching allocator's whole key set (memory_summary reads every one): the bytes
+        # it has, in the large pool; counts and cumulative totals it does not keep, as 0 and
+        # as the current figure.
+        figures = {"allocated_bytes": (allocated, peak), "reserved_bytes": (reserved, reserved)}
+        figures["active_bytes"] = figures["requested_bytes"] = figures["allocated_bytes"]
+        stats: dict[str, int] = {}
+        for metric in (*figures, "inactive_split_bytes", *_COUNTS):
+            current, top = figures.get(metric, (0, 0))
+            for pool in ("all", "large_pool", "small_pool"):
+                now, most = (0, 0) if pool == "small_pool" else (current, top)
+                for key, value in (("current", now), ("peak", most), ("allocated", now)):
+                    stats[f"{metric}.{pool}.{key}"] = value
+                stats[f"{metric}.{pool}.freed"] = 0
+        for metric in ("oversize_allocations", "oversize_segments"):
+            for key in ("current", "peak", "allocated", "freed"):
+                stats[f"{metric}.{key}"] = 0
+        for name in _EVENTS:
+            stats[name] = 0
+        return stats
 
     # -- streams ---------------------------------------------------------------------------
     def current_stream(self, device: Any = None) -> Any:

@@ -108,3 +108,32 @@ def init_process_group_standin(original: Any) -> Callable[..., Any]:
         return original(backend, *args, **kwargs)
 
     return init_process_group
+
+
+def group_standin(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch._C._group_tensors_by_device_and_dtype`` while emulating: C++ sees an emulated
+    tensor's ``meta`` device, so the groups of optimizers and ``clip_grad_norm_`` would be
+    keyed ``meta`` (``clip_coef.to(device)`` then made a meta tensor, and multiplying a
+    gradient by it failed with "found at least two devices, cuda:0 and meta"). Each group
+    of emulated tensors is keyed, and split, by their ``cuda:N``."""
+    from torchdevmagic.emulate._tensor import EmulatedTensor
+
+    def _group_tensors_by_device_and_dtype(tensorlistlist: Any, with_indices: bool) -> Any:
+        grouped = original(tensorlistlist, with_indices)
+        if all(device.type != "meta" for device, _ in grouped):
+            return grouped
+        out: dict[Any, Any] = {}
+        for (device, dtype), (lists, indices) in grouped.items():
+            first = lists[0]
+            if device.type != "meta" or not first or type(first[0]) is not EmulatedTensor:
+                out[(device, dtype)] = (lists, indices)
+                continue
+            places: dict[Any, list[int]] = {}
+            for i, t in enumerate(first):
+                places.setdefault(t.__dict__["_emulated_device"], []).append(i)
+            for emulated, at in places.items():
+                picked = [[lst[i] for i in at] if len(lst) == len(first) else lst for lst in lists]
+                out[(emulated, dtype)] = (picked, [indices[i] for i in at] if indices else [])
+        return out
+
+    return _group_tensors_by_device_and_dtype

@@ -141,6 +141,9 @@ def _apply(session: Session) -> None:
         types = getattr(module, "_foreach_supported_types", None)
         if isinstance(types, list):
             p.append(types, _tensor.EmulatedTensor)
+    # Optimizers' and clip_grad_norm_'s groups are keyed by cuda:N, not C++'s meta.
+    grouping = torch._C._group_tensors_by_device_and_dtype
+    p.set(torch._C, "_group_tensors_by_device_and_dtype", _patches.group_standin(grouping))
     _tensor.on_new_storage = session.ledger.add
     _tensor.ledger = session.ledger
     p.call(_clear_hooks)
