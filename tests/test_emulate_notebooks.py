@@ -130,3 +130,21 @@ def test_a_checkpoint_round_trip_with_each_map_location() -> None:
     plain = CNN()
     plain.load_state_dict(saved["model"])
     assert all(type(p) is nn.Parameter and p.device.type == "cpu" for p in plain.parameters())
+
+
+def test_set_default_device_cuda_puts_new_tensors_on_the_emulated_gpu() -> None:
+    # torch.set_default_device("cuda") (newer notebooks' first line) put its DeviceContext
+    # mode below the emulator's: the device it filled in reached C++ unseen, and a CPU build
+    # raised NotImplementedError "Could not run 'aten::empty.memory_format' with arguments
+    # from the 'CUDA' backend" for the first torch.randn.
+    with emulate_cuda():
+        torch.set_default_device("cuda")
+        try:
+            layer = nn.Linear(3, 2)
+            x = torch.randn(4, 3)
+            made = (layer.weight, x, layer(x), torch.arange(3), torch.tensor([1.0]))
+            assert all(t.is_emulated and t.device == torch.device("cuda", 0) for t in made)
+            assert torch.ones(2, device="cpu").device.type == "cpu"
+        finally:
+            torch.set_default_device(None)
+        assert torch.zeros(1).device.type == "cpu"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import torch
+import torch.utils._device
 from torch.overrides import TorchFunctionMode
 
 from torchdevmagic.emulate import _sizes, _tensor
@@ -23,6 +24,11 @@ from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, inner_of, w
 _CPU = torch.device("cpu")
 _function_modes = torch._C._len_torch_function_stack
 _OutOfMemory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+_default: Any = torch.utils._device  # CURRENT_DEVICE: torch.set_default_device's
+
+
+def _constructors() -> Any:
+    return _default._device_constructors()
 
 
 class Devices:
@@ -127,8 +133,13 @@ class PlacementMode(TorchFunctionMode):
             handler = self.handlers.get(func)
             if handler is not None:
                 return handler(func, args, kwargs)
-            if "device" in kwargs:
-                target = self.devices.resolve(kwargs["device"])
+            device = kwargs.get("device")
+            if device is None and _default.CURRENT_DEVICE is not None and func in _constructors():
+                # torch.set_default_device("cuda"): its mode sits below ours, so the device
+                # it fills in would reach C++ without us; fill it in here.
+                device = _default.CURRENT_DEVICE
+            if device is not None:
+                target = self.devices.resolve(device)
                 if target is not None:
                     return self._factory(func, args, kwargs, target)
             if _function_modes():  # a user's torch function mode underneath sees our tensors
