@@ -116,3 +116,43 @@ def test_split_model_fix_says_an_optimizer_made_before_must_be_made_again(shell:
     )
     assert shell.run_cell(step).error_in_exec is None
     assert not torch.equal(shell.user_ns["before"], split[2].weight)  # now it trains
+
+
+VAE_PRIOR = """
+import torch, torch.nn as nn
+from torch.distributions import MultivariateNormal
+class BoringModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 2)
+        self.prior = MultivariateNormal(torch.zeros(2), scale_tril=torch.diag(torch.ones(2)))
+model = BoringModel()
+"""
+
+
+def test_a_distribution_on_a_module_is_named_and_its_fix_moves_it(shell: Any) -> None:
+    """Lightning-AI/pytorch-lightning#12943: a VAE's prior kept on the module; model.to()
+    moves the layer, not the prior's tensors. %devices counted the prior's tensors nowhere
+    and said nothing; now a note before the move, a warning and a fix after it."""
+    assert shell.run_cell(VAE_PRIOR).error_in_exec is None
+    report = shell.run_line_magic("devices", "-o")
+    (note,) = [f for f in report.findings if f.code == "distribution_attribute"]
+    assert note.severity == "note" and note.fix is None
+    assert note.message == (
+        "model.prior is a MultivariateNormal (cpu): model.to() will leave its tensors behind "
+        "(no Module)"
+    )
+    assert report.rows[0].nbytes == 288  # the layer's 264 B and the prior's 24 B
+    assert shell.run_cell("model.to('meta')").error_in_exec is None
+    _, text = finding_fix_runs(
+        shell,
+        "distribution_attribute",
+        "vars(model.prior).update({k: v.to('meta') for k, v in vars(model.prior).items() "
+        "if torch.is_tensor(v)})",
+    )
+    assert "model.prior is a MultivariateNormal on cpu while model is on meta" in text
+    assert shell.run_cell("model.prior.loc.device.type").result == "meta"
+    moved = "sorted({t.device.type for t in vars(model.prior).values() if torch.is_tensor(t)})"
+    assert shell.run_cell(moved).result == ["meta"]
+    again = shell.run_line_magic("devices", "-o")
+    assert [f.severity for f in again.findings if f.code == "distribution_attribute"] == ["note"]

@@ -290,6 +290,7 @@ class Finding:
     target: Optional[str] = None  # where it belongs (the module's device)
     shares: tuple[DeviceShare, ...] = ()  # a split module's devices
     members: tuple[Member, ...] = ()  # the tensors concerned
+    type_name: str = ""  # what it is, for an object that holds tensors (MultivariateNormal)
 
     @property
     def message(self) -> str:

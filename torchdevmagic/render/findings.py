@@ -136,6 +136,31 @@ def _plain_fix(f: Finding) -> Optional[str]:
     return f"{owner}.register_buffer({name!r}, {owner}.__dict__.pop({name!r}))"
 
 
+def _distribution_message(f: Finding) -> str:
+    owner, _ = _owner_and_name(f.path)
+    module = owner or "its module"
+    if f.severity == "warning":
+        return (
+            f"{f.path} is a {f.type_name} on {f.device} while {module} is on {f.target}: "
+            ".to() does not move it (no Module); for good, keep its tensors as buffers and "
+            "build it in forward"
+        )
+    return (
+        f"{f.path} is a {f.type_name} ({f.device}): {module}.to() will leave its tensors "
+        "behind (no Module)"
+    )
+
+
+def _distribution_fix(f: Finding) -> Optional[str]:
+    if f.severity != "warning" or not f.target:
+        return None
+    p = f.path
+    return (
+        f"vars({p}).update({{k: v.to({f.target!r}) for k, v in vars({p}).items() "
+        "if torch.is_tensor(v)})"
+    )
+
+
 def _state(m: Member) -> str:
     return f"{m.path} on {m.device} (parameter on {m.expected})"
 
@@ -167,12 +192,14 @@ def _grad_fix(f: Finding) -> str:
 _MESSAGES: dict[str, Callable[[Finding], str]] = {
     "split_module": _split_message,
     "plain_tensor_attribute": _plain_message,
+    "distribution_attribute": _distribution_message,
     "optimizer_state_device": _optimizer_message,
     "grad_tensor_on_cpu": _grad_message,
 }
 _FIXES: dict[str, Callable[[Finding], Optional[str]]] = {
     "split_module": _split_fix,
     "plain_tensor_attribute": _plain_fix,
+    "distribution_attribute": _distribution_fix,
     "optimizer_state_device": _optimizer_fix,
     "grad_tensor_on_cpu": _grad_fix,
 }

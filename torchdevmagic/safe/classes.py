@@ -7,6 +7,7 @@ has seen alive, so an id cannot be reused while it lives.
 
 from __future__ import annotations
 
+import sys
 import types
 import weakref
 from typing import Any, Optional
@@ -84,6 +85,10 @@ class Classifier:
         self.descriptors: dict[int, Any] = {}
         self._classes: list[type] = []
         self.tensor_type_ids = subclass_ids(tt.tensor)  # every class whose kind is "tensor"
+        # torch.distributions objects (a VAE's prior on a module): no Module, so .to() leaves
+        # the tensors in their instance dicts behind; the module walk looks inside them.
+        dist = _distribution_class()
+        self.distribution_type_ids = subclass_ids(dist) if dist is not None else frozenset()
 
     def attributes(self, obj: Any) -> Optional[dict[str, Any]]:
         """``instance_attributes`` with the per-type descriptor looked up once."""
@@ -100,6 +105,14 @@ class Classifier:
             kind = self.kinds[id(cls)] = classify(cls, self.tt)
             self._classes.append(cls)
         return kind
+
+
+def _distribution_class() -> Optional[type]:
+    """``torch.distributions.Distribution`` when the user's torch has imported it."""
+    module = sys.modules.get("torch.distributions.distribution")
+    found = instance_attributes(module) if module is not None else None
+    cls = dict.get(found, "Distribution") if type(found) is dict else None
+    return cls if isinstance(cls, type) else None
 
 
 def classify(cls: type, tt: Torch) -> str:

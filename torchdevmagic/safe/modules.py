@@ -156,8 +156,9 @@ def script_items(table: Any, tt: Torch) -> list[tuple[Any, Any]]:
 def plain_tensor_attributes(
     namespaces: list[dict[str, Any]], module_paths: list[str], classes: Classifier
 ) -> list[tuple[str, Any]]:
-    """Tensors set as plain attributes of a module (not parameters, not buffers)."""
-    tensor_ids = classes.tensor_type_ids
+    """Tensors set as plain attributes of a module (not parameters, not buffers), and the
+    ``torch.distributions`` objects set so (their tensors are plain attributes too)."""
+    tensor_ids = classes.tensor_type_ids | classes.distribution_type_ids
     # Rare: one C-level pass over every module's values first.
     if tensor_ids.isdisjoint(map(id, map(type, chain.from_iterable(map(dict.values, namespaces))))):
         return []
@@ -199,7 +200,7 @@ def module_tensors(mod: Any, path: str = "self", tt: Optional[Torch] = None) -> 
                     seen.add(id(t))
                     out.append(ModuleTensor(attribute_path(mpath, name), t, role))
     for apath, t in plain_tensor_attributes(namespaces, paths, classes):
-        if id(t) not in seen:
+        if id(t) not in seen and id(type(t)) in classes.tensor_type_ids:
             seen.add(id(t))
             out.append(ModuleTensor(apath, t, "attribute"))
     return out

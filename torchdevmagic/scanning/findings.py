@@ -50,6 +50,21 @@ def plain_attribute(
     )
 
 
+def distribution_attribute(
+    path: str, type_name: str, devices: tuple[str, ...], module_device: Optional[str]
+) -> Finding:
+    """A ``torch.distributions`` object kept on a module: ``.to()`` leaves its tensors."""
+    elsewhere = module_device is not None and any(d != module_device for d in devices)
+    return Finding(
+        "distribution_attribute",
+        path,
+        severity="warning" if elsewhere else "note",
+        device="/".join(devices),
+        target=module_device,
+        type_name=type_name,
+    )
+
+
 def optimizer_state(path: str, mismatched: list[Member]) -> Optional[Finding]:
     """State tensors of an optimizer on another device than their parameters."""
     if not mismatched:

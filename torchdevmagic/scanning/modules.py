@@ -17,6 +17,7 @@ from torchdevmagic.safe import batch
 from torchdevmagic.safe.batch import Columns, Placement
 from torchdevmagic.safe.modules import module_tree, owned_tensors, plain_tensor_attributes
 from torchdevmagic.safe.objects import class_name
+from torchdevmagic.safe.paths import attr_path
 from torchdevmagic.safe.tensors import read_facts
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.breakdown import Breakdown
@@ -126,10 +127,14 @@ def _module_row(
     if split is not None:
         walker.findings.append(split)
     attribute_bytes = 0
+    tensor_ids = walker.classes.tensor_type_ids
     for apath, value in attrs:
-        attribute_bytes += _plain_attribute(
-            walker, apath, value, module_device=main, shares=shares, acc=acc
-        )
+        if id(type(value)) in tensor_ids:
+            attribute_bytes += _plain_attribute(
+                walker, apath, value, module_device=main, shares=shares, acc=acc
+            )
+        else:  # a torch.distributions object: its tensors, one finding for it
+            attribute_bytes += _distribution(walker, apath, value, module_device=main, acc=acc)
     row = Row(
         path=path,
         kind="module",
@@ -143,6 +148,33 @@ def _module_row(
     )
     walker.ledger.rows.append(row)
     walker.module_rows.append(row)
+
+
+def _distribution(
+    walker: Walker, dpath: str, dist: Any, *, module_device: Optional[str], acc: Breakdown
+) -> int:
+    """Counts the tensors a distribution attribute holds into the row; their bytes."""
+    held = walker.classes.attributes(dist) or {}
+    tensor_ids = walker.classes.tensor_type_ids
+    total, devices = 0, []
+    for name, value in list(dict.items(held))[:MAX_HELD]:
+        if type(name) is not str or id(type(value)) not in tensor_ids:
+            continue
+        facts = read_facts(value, walker.tt)
+        tpath = attr_path(dpath, name)
+        nbytes, _ = walker.ledger.count(facts.storage_key, facts.storage_bytes, facts.device, tpath)
+        acc.add(facts.device, nbytes, facts.dtype, tpath)
+        total += nbytes
+        devices.append(facts.device)
+    if devices:
+        finding = findings.distribution_attribute(
+            dpath, class_name(type(dist)), tuple(dict.fromkeys(devices)), module_device
+        )
+        walker.findings.append(finding)
+    return total
+
+
+MAX_HELD = 64  # a distribution holds a handful of tensors
 
 
 def _plain_attribute(
