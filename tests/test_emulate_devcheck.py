@@ -597,3 +597,50 @@ def test_a_mask_made_on_the_cpu_in_a_users_backward(emu: Any) -> None:
     assert emu.run_cell("\n".join(lines)).error_in_exec is None
     assert emu.run_cell("Clamp.apply(x).sum().backward()").error_in_exec is None
     assert emu.user_ns["x"].grad.device.type == "cuda"
+
+
+HEADS = """import torch, torch.nn as nn
+DEVICE = torch.device("cuda")
+class MultiHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 8)
+        self.heads = {"age": nn.Linear(8, 1), "sex": nn.Linear(8, 2)}
+    def forward(self, x):
+        h = self.body(x)
+        return {k: head(h) for k, head in self.heads.items()}
+model = MultiHead().to(DEVICE)
+x = torch.randn(4, 8, device=DEVICE)
+"""
+
+
+def test_the_fix_moving_a_cpu_module_runs_right_after_the_error(emu: Any) -> None:
+    """The heads dict of Lightning-AI/pytorch-lightning#4408's pattern: the fix
+    ``model.heads = torch.nn.ModuleDict(model.heads).to(DEVICE)``, run next, failed on the
+    emulated GPU with "_apply(): Couldn't swap Linear.weight": the traceback IPython keeps
+    held the failed call's arguments in the emulator's frames, and moving a CPU parameter
+    there swaps it, which refuses a tensor held elsewhere. A GPU sets ``.data`` instead and
+    moves it. The stored traceback now holds none of the emulator's frames."""
+    import os
+    import sys
+
+    d = fails_then_fixed(
+        emu,
+        HEADS,
+        "out = model(x)",
+        got("mat1", "cuda:0", "cpu", "wrapper_CUDA_addmm"),
+    )
+    assert d.fix == "model.heads = torch.nn.ModuleDict(model.heads).to(DEVICE)"
+    assert emu.user_ns["out"]["age"].device.type == "cuda"
+    emu.run_cell("%%devcheck\nout = model(x.cpu())")  # a failure again, to look at its frames
+    own = os.path.dirname(_session.__file__)
+    tb, files, frames = sys.last_traceback, [], []
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename)
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    # The mode's own entry frame is where the error leaves the emulator (IPython always shows
+    # the innermost frame); it holds no tensor any more.
+    ours = [f for f in frames if f.f_code.co_filename.startswith(own)]
+    assert [f.f_code.co_name for f in ours] == ["__torch_function__"], files
+    assert ours[0].f_locals["args"] == () and ours[0].f_locals["kwargs"] is None

@@ -19,7 +19,7 @@ import os
 import re
 import types
 import weakref
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -194,6 +194,28 @@ def unpinned(exc: BaseException) -> BaseException:
     keeps would pin it). Other frames (torch's, the user's) stay."""
     if not getattr(exc, "emulated", False):
         return exc
+    return _own_frames_dropped(exc)
+
+
+def released(exc: BaseException) -> BaseException:
+    """Any error leaving the emulator, without its frames, in its chain too: IPython keeps
+    the last traceback, and an emulator frame in it holds the call's arguments. A CPU
+    parameter held there cannot be swapped onto the emulated GPU by the ``.to("cuda")`` the
+    user runs next (a GPU does not swap it: it sets ``.data``). The frames are hidden
+    anyway; torch's and the user's stay. A context the error suppressed (``from None``) is
+    never shown, so it goes, with its frames."""
+    seen: set[int] = set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        _own_frames_dropped(e)
+        if e.__suppress_context__:
+            e.__context__ = None
+        e = e.__cause__ or e.__context__
+    return exc
+
+
+def _own_frames_dropped(exc: BaseException) -> BaseException:
     kept = []
     tb = exc.__traceback__
     while tb is not None:

@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 from torchdevmagic.emulate import _sizes, _tensor
 from torchdevmagic.emulate._function import handle
 from torchdevmagic.emulate._grads import relink, unlink
-from torchdevmagic.emulate._memory import unpinned
+from torchdevmagic.emulate._memory import released, unpinned
 from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, inner_of, wrap
 
 _CPU = torch.device("cpu")
@@ -147,6 +147,9 @@ class PlacementMode(TorchFunctionMode):
             return handle(func, args, kwargs)
         except _OutOfMemory as exc:
             raise unpinned(exc) from None  # CUDA out of memory on the emulated GPU
+        except Exception as exc:
+            args, kwargs = (), None  # this frame stays in the traceback: it holds no tensor
+            raise released(exc)  # noqa: B904 - the error itself, its own cause kept
 
     def _factory(self, func: Any, args: Any, kwargs: dict[str, Any], target: torch.device) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
