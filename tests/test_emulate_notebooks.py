@@ -38,7 +38,8 @@ class CNN(nn.Module):
 def _steps(device: str, foreach: Any, scaler: bool) -> tuple[list[float], list[float], Any]:
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(16, 1, 8, 8), torch.randint(0, 3, (16,)))
-    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
+    # pinned for the GPU run only: on a machine without one torch warns that it cannot pin
+    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=device != "cpu")
     model = CNN().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
     grad_scaler = torch.amp.GradScaler(device, enabled=scaler)

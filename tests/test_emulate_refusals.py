@@ -20,7 +20,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests._terminal import ROOT  # noqa: E402
+from _terminal import ROOT  # noqa: E402
+
 from torchdevmagic.emulate import emulate_cuda  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
