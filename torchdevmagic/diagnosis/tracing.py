@@ -125,6 +125,10 @@ class Tracer:
         container = self.container_plan(v, fr)
         if container is not None:
             return container
+        if v.items == "module" and "." in v.expression and not v.expression.startswith("self."):
+            # ``self.heads`` named on the failing line (Python 3.12 inlines the comprehension
+            # that reads it): a module's plain container, as when reached by its loop variable.
+            return self.held_container_plan(v.expression, v)
         if home is not None and home is not fr:
             # Named in an outer function (``for name, metric in self.metrics.items()``,
             # then ``metric(preds, y)``): no notebook name, so the plain container there.
@@ -270,6 +274,10 @@ class Tracer:
         path, container = self.container_of(v, fr)
         if container is None or path.startswith("self."):
             return None
+        return self.held_container_plan(path, container)
+
+    def held_container_plan(self, path: str, container: Value) -> Plan:
+        """A plain list/dict a module holds, moved whole and registered so it stays moved."""
         durable = "register_buffer"
         if container.items == "module":
             durable = "nn.ModuleDict" if container.container == "dict" else "nn.ModuleList"
