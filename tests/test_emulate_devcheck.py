@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _fixrun import fails_then_fixed, finding_fix_runs, has_finding  # noqa: E402
+from test_devcheck_real_fixes import VARIANTS  # noqa: E402
 
 from torchdevmagic.emulate import _session  # noqa: E402
 
@@ -599,19 +600,12 @@ def test_a_mask_made_on_the_cpu_in_a_users_backward(emu: Any) -> None:
     assert emu.user_ns["x"].grad.device.type == "cuda"
 
 
-HEADS = """import torch, torch.nn as nn
-DEVICE = torch.device("cuda")
-class MultiHead(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Linear(8, 8)
-        self.heads = {"age": nn.Linear(8, 1), "sex": nn.Linear(8, 2)}
-    def forward(self, x):
-        h = self.body(x)
-        return {k: head(h) for k, head in self.heads.items()}
-model = MultiHead().to(DEVICE)
-x = torch.randn(4, 8, device=DEVICE)
-"""
+HEADS = (
+    # the variant of tests/test_devcheck_real_fixes.py, with the emulated GPU for meta
+    next(c for c in VARIANTS if c.name == "heads_in_a_plain_dict_read_by_items").setup.replace(
+        'torch.device("meta")', 'torch.device("cuda")'
+    )
+)
 
 
 def test_the_fix_moving_a_cpu_module_runs_right_after_the_error(emu: Any) -> None:

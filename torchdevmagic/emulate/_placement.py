@@ -149,7 +149,7 @@ class PlacementMode(TorchFunctionMode):
             raise unpinned(exc) from None  # CUDA out of memory on the emulated GPU
         except Exception as exc:
             args, kwargs = (), None  # this frame stays in the traceback: it holds no tensor
-            raise released(exc)  # noqa: B904 - the error itself, its own cause kept
+            raise released(exc)  # the error itself, its own cause kept
 
     def _factory(self, func: Any, args: Any, kwargs: dict[str, Any], target: torch.device) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
