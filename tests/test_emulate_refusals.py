@@ -26,7 +26,7 @@ from torchdevmagic.emulate import emulate_cuda  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
-OOM = torch.OutOfMemoryError
+OOM = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError  # torch 2.1: cuda's
 HUGE = 10**12  # floats: 4 TB, more than any CPU here has, so the CPU would refuse first
 TERA = "Tried to allocate 3725.29 GiB. GPU 0 has a total capacity of 16.00 GiB"
 
