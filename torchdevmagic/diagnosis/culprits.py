@@ -11,7 +11,6 @@ here keeps a frame or a tensor alive once the analysis returns.
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from math import prod
@@ -25,6 +24,7 @@ from torchdevmagic.diagnosis.frames import (  # noqa: F401 - re-exported for the
     walk_tb,
 )
 from torchdevmagic.safe import module_table, table_items
+from torchdevmagic.safe.classes import distribution_class
 
 MAX_MODULE_TENSORS = 20_000  # enough for any real model; bounds the walk of odd objects
 MAX_CONTAINER_ITEMS = 64
@@ -229,9 +229,8 @@ def describe(
 def _describe_distribution(obj: Any, expression: str) -> Optional[Value]:
     """A ``torch.distributions`` object (a VAE's prior kept on a module): no Module, so
     ``Module.to()`` leaves the tensors in its instance dict where they were made."""
-    dist = sys.modules.get("torch.distributions")
-    base = dict.get(_instance_dict(dist), "Distribution") if dist is not None else None
-    if not isinstance(base, type) or not is_a(obj, base):
+    base = distribution_class()
+    if base is None or not is_a(obj, base):
         return None
     held = list(dict.values(_instance_dict(obj)))[:MAX_CONTAINER_ITEMS]
     metas = [m for v in held if is_tensor(v) and (m := tensor_meta(v)) is not None]

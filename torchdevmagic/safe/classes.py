@@ -87,7 +87,7 @@ class Classifier:
         self.tensor_type_ids = subclass_ids(tt.tensor)  # every class whose kind is "tensor"
         # torch.distributions objects (a VAE's prior on a module): no Module, so .to() leaves
         # the tensors in their instance dicts behind; the module walk looks inside them.
-        dist = _distribution_class()
+        dist = distribution_class()
         self.distribution_type_ids = subclass_ids(dist) if dist is not None else frozenset()
 
     def attributes(self, obj: Any) -> Optional[dict[str, Any]]:
@@ -107,7 +107,7 @@ class Classifier:
         return kind
 
 
-def _distribution_class() -> Optional[type]:
+def distribution_class() -> Optional[type]:
     """``torch.distributions.Distribution`` when the user's torch has imported it."""
     module = sys.modules.get("torch.distributions.distribution")
     found = instance_attributes(module) if module is not None else None
