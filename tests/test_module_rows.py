@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from test_devices_limits import rich_text
 from torch import nn
 
 from torchdevmagic import scan
@@ -183,3 +184,39 @@ def test_parts_of_a_module_read_one_tensor_at_a_time() -> None:
     assert (row.parts.params, row.parts.param_elements, row.parts.buffers) == (2, 16, 1)
     assert row.parts.buffer_bytes == 4 and row.nbytes == 16 * 4 + 4
     assert row.dtype == "float32"  # a bool mask is bookkeeping too
+
+
+# -- a torch.distributions object held by a module ------------------------------------------
+
+VAE_PRIOR = """
+import torch, torch.nn as nn
+from torch.distributions import MultivariateNormal
+class BoringModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 2)
+        self.prior = MultivariateNormal(torch.zeros(2), scale_tril=torch.diag(torch.ones(2)))
+        self.scale = torch.ones(2)
+model = BoringModel()
+"""
+
+
+def test_a_distribution_attribute_is_counted_with_its_tensors(shell: Any) -> None:
+    """Lightning-AI/pytorch-lightning#12943: a VAE's prior kept on the module. Its
+    MultivariateNormal holds three tensors (loc, scale_tril and the unbroadcast scale_tril,
+    24 B in two storages); the Details column said "2 tensor attributes (32 B)" for it and
+    the one plain attribute beside it. Each is now named for what it is, in text, HTML and
+    rich alike."""
+    shell.run_cell(VAE_PRIOR)
+    report = shell.run_line_magic("devices", "-o")
+    row = report.row("model")
+    assert row.parts is not None
+    p = row.parts
+    assert (p.attributes, p.attribute_bytes) == (1, 8)
+    assert (p.distributions, p.distribution_tensors, p.distribution_bytes) == (1, 3, 24)
+    assert p.param_bytes + p.attribute_bytes + p.distribution_bytes == row.nbytes == 296
+    words = "1 tensor attribute (8 B), 1 distribution attribute (3 tensors, 24 B)"
+    assert row_cells(row)[-1].endswith(words)
+    data, _ = shell.display_formatter.format(report)
+    assert words in data["text/plain"] and words in data["text/html"]
+    assert words in rich_text(report)

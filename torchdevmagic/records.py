@@ -22,9 +22,10 @@ class DeviceShare(NamedTuple):
 
 class ModuleParts(NamedTuple):
     """What a module row's tensors are, as MemReporter and torchinfo split them: parameters
-    (tensors, and their element count: the model's parameter count), their grads, buffers and
-    plain tensor attributes. Bytes are those each part adds to the row (a storage counted
-    once), so the four sum to the row's ``nbytes``."""
+    (tensors, and their element count: the model's parameter count), their grads, buffers,
+    plain tensor attributes and ``torch.distributions`` attributes (each holding tensors).
+    Bytes are those each part adds to the row (a storage counted once), so the five sum to
+    the row's ``nbytes``."""
 
     params: int = 0
     param_elements: int = 0
@@ -35,6 +36,9 @@ class ModuleParts(NamedTuple):
     buffer_bytes: int = 0
     attributes: int = 0
     attribute_bytes: int = 0
+    distributions: int = 0
+    distribution_tensors: int = 0
+    distribution_bytes: int = 0
 
 
 class Row(NamedTuple):

@@ -124,8 +124,9 @@ def breakdown_text(shares: Iterable[DeviceShare]) -> str:
 
 
 def parts_text(p: ModuleParts) -> str:
-    """``58 params (232 B), grads 128 B, 3 buffers (76 B), 1 tensor attribute (12 B)``:
-    the parameter count (elements, as torchinfo counts them), then bytes by role."""
+    """``58 params (232 B), grads 128 B, 3 buffers (76 B), 1 tensor attribute (12 B),
+    1 distribution attribute (3 tensors, 24 B)``: the parameter count (elements, as torchinfo
+    counts them), then bytes by role."""
     out = [f"{plural(p.param_elements, 'param')} ({format_bytes(p.param_bytes)})"]
     if p.grads:
         out.append(f"grads {format_bytes(p.grad_bytes)}")
@@ -134,6 +135,10 @@ def parts_text(p: ModuleParts) -> str:
     if p.attributes:
         what = plural(p.attributes, "tensor attribute")
         out.append(f"{what} ({format_bytes(p.attribute_bytes)})")
+    if p.distributions:
+        what = plural(p.distributions, "distribution attribute")
+        held = plural(p.distribution_tensors, "tensor")
+        out.append(f"{what} ({held}, {format_bytes(p.distribution_bytes)})")
     return ", ".join(out)
 
 

@@ -126,7 +126,7 @@ def _module_row(
     split = findings.split_module(path, main, shares, acc.tensors if len(shares) > 1 else [])
     if split is not None:
         walker.findings.append(split)
-    attribute_bytes = 0
+    attribute_bytes = dists = dist_tensors = dist_bytes = 0
     tensor_ids = walker.classes.tensor_type_ids
     for apath, value in attrs:
         if id(type(value)) in tensor_ids:
@@ -134,7 +134,10 @@ def _module_row(
                 walker, apath, value, module_device=main, shares=shares, acc=acc
             )
         else:  # a torch.distributions object: its tensors, one finding for it
-            attribute_bytes += _distribution(walker, apath, value, module_device=main, acc=acc)
+            held, nbytes = _distribution(walker, apath, value, module_device=main, acc=acc)
+            dists += 1
+            dist_tensors += held
+            dist_bytes += nbytes
     row = Row(
         path=path,
         kind="module",
@@ -144,7 +147,13 @@ def _module_row(
         dtype=acc.dtype(),
         breakdown=acc.shares(),
         note=plural(len(acc) - acc.grads, "tensor"),
-        parts=parts._replace(attributes=len(attrs), attribute_bytes=attribute_bytes),
+        parts=parts._replace(
+            attributes=len(attrs) - dists,
+            attribute_bytes=attribute_bytes,
+            distributions=dists,
+            distribution_tensors=dist_tensors,
+            distribution_bytes=dist_bytes,
+        ),
     )
     walker.ledger.rows.append(row)
     walker.module_rows.append(row)
@@ -152,8 +161,9 @@ def _module_row(
 
 def _distribution(
     walker: Walker, dpath: str, dist: Any, *, module_device: Optional[str], acc: Breakdown
-) -> int:
-    """Counts the tensors a distribution attribute holds into the row; their bytes."""
+) -> tuple[int, int]:
+    """Counts the tensors a distribution attribute holds into the row; how many, their
+    bytes."""
     held = walker.classes.attributes(dist) or {}
     tensor_ids = walker.classes.tensor_type_ids
     total, devices = 0, []
@@ -171,7 +181,7 @@ def _distribution(
             dpath, class_name(type(dist)), tuple(dict.fromkeys(devices)), module_device
         )
         walker.findings.append(finding)
-    return total
+    return len(devices), total
 
 
 MAX_HELD = 64  # a distribution holds a handful of tensors
