@@ -11,7 +11,7 @@ import pytest
 
 from torchdevmagic.report import DevicesReport
 
-DEEP_LINE = "past depth 6, not walked: 1 tensor in deep (scan(max_depth=...) goes deeper)"
+DEEP_LINE = "past depth 6, not walked: 1 tensor in deep (%devices --depth N goes deeper)"
 
 
 def run(shell: Any, code: str) -> Any:
@@ -49,11 +49,26 @@ def test_nesting_past_the_depth_limit_is_said_in_text_html_and_rich(
 
 
 def test_the_way_it_names_shows_the_tensor(shell: Any) -> None:
-    """The footer's advice works: scan(max_depth=...) finds the row, and says nothing more."""
+    """The footer's advice works where it is read: %devices names its own --depth (it had
+    no such option and pointed to the Python API), scan() its max_depth keyword; each finds
+    the row, and says nothing more."""
     run(shell, "import torch, torchdevmagic\ndeep = [[[[[[[[torch.zeros(1000)]]]]]]]]")
-    report = run(shell, "torchdevmagic.scan(max_depth=8)")
-    assert [r.path for r in report.rows] == ["deep" + "[0]" * 8]
-    assert report.stats.deep_in == () and "past depth" not in str(report)
+    api = "past depth 6, not walked: 1 tensor in deep (scan(max_depth=...) goes deeper)"
+    assert api in str(run(shell, "torchdevmagic.scan()"))
+    for line in ("%devices --depth 8 -o", "torchdevmagic.scan(max_depth=8)"):
+        report = run(shell, line)
+        assert [r.path for r in report.rows] == ["deep" + "[0]" * 8]
+        assert report.stats.deep_in == () and "past depth" not in str(report)
+    assert run(shell, "%devices --depth 0 -o").stats.deep_in == ("deep",)
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "2.5"])
+def test_a_bad_depth_is_one_line(shell: Any, value: str) -> None:
+    from IPython.core.error import UsageError
+
+    err = shell.run_cell(f"%devices --depth {value}").error_in_exec
+    assert type(err) is UsageError
+    assert str(err) == f"--depth takes 0 or a positive whole number, not {value!r}"
 
 
 def test_a_deep_graph_without_tensors_says_nothing(shell: Any, capsys: Any) -> None:
@@ -99,7 +114,7 @@ def test_a_look_below_that_runs_out_says_so(shell: Any, monkeypatch: Any) -> Non
     assert report.stats.deep_unchecked == ("deep",) and report.stats.deep_in == ()
     assert (
         "past depth 6, not inspected (too much to look through): deep "
-        "(scan(max_depth=...) goes deeper)"
+        "(%devices --depth N goes deeper)"
     ) in str(report)
 
 

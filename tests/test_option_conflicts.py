@@ -34,6 +34,8 @@ def refused(shell: Any, line: str) -> str:
         ("%devices --env -a", "--env", "-a"),
         ("%devices --env --diff", "--env", "--diff"),
         ("%devices --env cpu", "--env", "a DEVICE"),
+        ("%devices --env --depth 8", "--env", "--depth"),
+        ("%devices --free --depth 8", "--free", "--depth"),
         ("%devices --free -s size", "--free", "--sort"),
         ("%devices --free --top 2", "--free", "--top"),
         ("%devices --free --diff", "--free", "--diff"),

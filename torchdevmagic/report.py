@@ -91,6 +91,7 @@ class DevicesReport(Displayable):
     top: Optional[int] = None
     gpus_checked: bool = False
     holders: tuple[Holder, ...] = ()
+    made_by: str = "scan"  # or "%devices": its notes name the options of the one typed
 
     # -- data for programs -----------------------------------------------------------------
     def totals(self) -> dict[str, int]:
@@ -151,7 +152,7 @@ class DevicesReport(Displayable):
         return words.totals_line(self)
 
     def footer_lines(self, hidden_rows: int) -> list[str]:
-        return words.footer_lines(self.stats, hidden_rows)
+        return words.footer_lines(self.stats, hidden_rows, self.made_by)
 
     def gpu_notes(self) -> list[str]:
         return words.gpu_notes(self)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 from IPython.core.error import UsageError
@@ -21,6 +22,27 @@ def _top(value: str) -> int:
     if n < 0:
         raise UsageError("--top takes 0 (all rows) or a positive number")
     return n
+
+
+def _depth(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise UsageError(f"--depth takes 0 or a positive whole number, not {value!r}")
+    return n
+
+
+def _scan_only(args: Any) -> dict[str, bool]:
+    """Which of the options only a scan reads were typed (--env and --free refuse them)."""
+    return {
+        "-a": args.all,
+        "--sort": args.sort is not None,
+        "--top": args.top is not None,
+        "--diff": args.diff,
+        "--depth": args.depth is not None,
+    }
 
 
 def parse_device(text: Optional[str]) -> Optional[str]:
@@ -43,6 +65,13 @@ class DevicesMagics(Magics):
     @argument("-a", "--all", action="store_true", help="include _private and IPython names")
     @argument("-s", "--sort", default=None, choices=SORT_KEYS, help="row order (default: size)")
     @argument("--top", type=_top, default=None, help="show N rows (default 30; 0 shows all)")
+    @argument(
+        "--depth",
+        type=_depth,
+        default=None,
+        metavar="N",
+        help="walk N levels into containers and objects (default 6)",
+    )
     @argument("--diff", action="store_true", help="what changed since the previous %%devices")
     @argument("--env", action="store_true", help="CUDA environment verdict instead of variables")
     @argument(
@@ -58,8 +87,8 @@ class DevicesMagics(Magics):
     def devices(self, line: str = "") -> Any:
         """Show where your tensors, modules and optimizers live, and what each GPU holds.
 
-        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [-o]
-               %devices [DEVICE] --diff [-a] [--top N] [-o]
+        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [--depth N] [-o]
+               %devices [DEVICE] --diff [-a] [--top N] [--depth N] [-o]
                %devices --env [-o]
                %devices [DEVICE] --free [traceback|Out|Out[N]|_ ...] [-o]
 
@@ -86,6 +115,7 @@ class DevicesMagics(Magics):
 
             %devices                # everything, biggest first
             %devices cuda:0 --top 10
+            %devices --depth 10     # walk deeper nesting than the default 6 levels
             report = %devices -o    # the report object: report.rows, report.totals()
             %devices --env          # why torch does (not) see the GPU
             %devices --diff         # new, freed, grown, moved since the previous %devices
@@ -103,9 +133,10 @@ class DevicesMagics(Magics):
             "%devices",
             "--diff",
             {"--sort": args.diff and args.sort is not None},
-            "a DEVICE, -a, --top, -o",
+            "a DEVICE, -a, --top, --depth, -o",
         )
         from torchdevmagic.api import scan
+        from torchdevmagic.scanning import DEFAULT_MAX_DEPTH
 
         report = scan(
             shell.user_ns,
@@ -114,7 +145,9 @@ class DevicesMagics(Magics):
             hidden=shell.user_ns_hidden,
             sort=args.sort or "size",
             top=args.top,
+            max_depth=DEFAULT_MAX_DEPTH if args.depth is None else args.depth,
         )
+        report = replace(report, made_by="%devices")  # its notes name this magic's options
         previous, self._previous = self._previous, report  # kept for the next --diff
         if args.diff:
             return self._finish(self._diff(previous, report), args.output)
@@ -130,27 +163,15 @@ class DevicesMagics(Magics):
         return nothing_to_compare(report) if previous is None else report.diff(previous)
 
     def _env(self, args: Any) -> Any:
-        given = {
-            "a DEVICE": args.device is not None,
-            "--free": args.free is not None,
-            "-a": args.all,
-            "--sort": args.sort is not None,
-            "--top": args.top is not None,
-            "--diff": args.diff,
-        }
-        refuse_combined("%devices", "--env", given, "only -o")
+        given = {"a DEVICE": args.device is not None, "--free": args.free is not None}
+        refuse_combined("%devices", "--env", {**given, **_scan_only(args)}, "only -o")
         from torchdevmagic.env import check_environment
 
         return self._finish(check_environment(), args.output)
 
     def _free(self, args: Any) -> Any:
-        given = {
-            "-a": args.all,
-            "--sort": args.sort is not None,
-            "--top": args.top is not None,
-            "--diff": args.diff,
-        }
-        refuse_combined("%devices", "--free", given, "a DEVICE, holders to drop and -o")
+        takes = "a DEVICE, holders to drop and -o"
+        refuse_combined("%devices", "--free", _scan_only(args), takes)
         from torchdevmagic.free import choose, free_memory
 
         try:

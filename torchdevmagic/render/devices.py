@@ -37,11 +37,12 @@ def report_blocks(report: DevicesReport) -> list[Block]:
     shown, hidden_rows = shown_rows(report)
     if head:
         out.append(Line(head))
-        out.extend(Line(t, "dim") for t in footer_lines(report.stats, 0))
+        out.extend(Line(t, "dim") for t in footer_lines(report.stats, 0, report.made_by))
     else:
         cells = [row_cells(r) for r in shown]
         out.append(Table(HEADERS, cells, right_align=(5,), wrap=(6,)))
-        out.extend(Line(t, "dim") for t in footer_lines(report.stats, hidden_rows))
+        footer = footer_lines(report.stats, hidden_rows, report.made_by)
+        out.extend(Line(t, "dim") for t in footer)
         out.append(Line(totals_line(report)))
         out.extend(b for b in [module_bars(shown)] if b is not None)
     if report.gpus:
@@ -82,9 +83,14 @@ def totals_line(report: DevicesReport) -> str:
     return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({count})"
 
 
-def footer_lines(s: ScanStats, hidden_rows: int) -> list[str]:
+# How to walk deeper, in the words of the front door that made the report.
+DEEPER = {"%devices": "%devices --depth N goes deeper", "scan": "scan(max_depth=...) goes deeper"}
+
+
+def footer_lines(s: ScanStats, hidden_rows: int, made_by: str = "scan") -> list[str]:
     """What the report left out and why: rows not shown, caps, depth, refusals, budget,
     mutation."""
+    deeper = DEEPER.get(made_by, DEEPER["scan"])
     lines = []
     if hidden_rows:
         lines.append(f"… {hidden_rows:,} more rows not shown (--top 0 shows all)")
@@ -98,12 +104,12 @@ def footer_lines(s: ScanStats, hidden_rows: int) -> list[str]:
         what = ", ".join(plural(n, kind) for kind, n in s.deep_found)
         lines.append(
             f"past depth {s.max_depth}, not walked: {what} in {name_some(list(s.deep_in))} "
-            "(scan(max_depth=...) goes deeper)"
+            f"({deeper})"
         )
     if s.deep_unchecked:
         lines.append(
             f"past depth {s.max_depth}, not inspected (too much to look through): "
-            f"{name_some(list(s.deep_unchecked))} (scan(max_depth=...) goes deeper)"
+            f"{name_some(list(s.deep_unchecked))} ({deeper})"
         )
     if s.skipped_objects:
         lines.append(f"{s.skipped_objects:,} objects refused inspection and were skipped")
