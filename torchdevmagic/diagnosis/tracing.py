@@ -27,6 +27,7 @@ from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis.culprits import Value
+from torchdevmagic.safe.objects import class_namespace, default_argument, mro
 
 
 @dataclass(frozen=True)
@@ -341,7 +342,35 @@ class Tracer:
         if dev is None or fr.stmt is None:
             return None
         moved = rw.wrap_reference(fr.stmt, v.local, f".to({dev})")
-        return self.in_function(fr, moved, fr.lineno, v.local) if moved else None
+        if not moved:
+            return None
+        plan = self.in_function(fr, moved, fr.lineno, v.local)
+        if not v.local.isidentifier() or fm.assignments_before(fr.func, fr.lineno, v.local):
+            return plan
+        # Not made here: a default argument (made once, when the def ran), or a value that
+        # came in from elsewhere, of which "made in" would not be true.
+        code = fr.frame.f_code
+        if self.default_of(fr, v) == v.local:
+            where = ", ".join(v.devices)
+            note = (
+                f"{v.local} is a default argument of {fm.function_name(code)}, made once on "
+                f"{where} when its def ran"
+            )
+            return replace(plan, note=note)
+        return replace(plan, note="")
+
+    @staticmethod
+    def default_of(fr: Any, v: Value) -> Optional[str]:
+        """The parameter of ``fr``'s function whose default value is ``v``'s object."""
+        resolver = fr.resolver
+        if resolver is None:
+            return None
+        places: list[Any] = [resolver.f_globals]
+        f_locals = resolver.f_locals
+        me = dict.get(f_locals, "self") if type(f_locals) is dict else None
+        if me is not None:
+            places += [class_namespace(k) for k in mro(type(me))]
+        return default_argument(fr.frame.f_code, places, v.object_id)
 
     def in_function(self, fr: Any, line: str, lineno: int, name: str) -> Plan:
         return Plan(

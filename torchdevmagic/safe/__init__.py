@@ -28,6 +28,7 @@ Classes and attributes
     ``class_of(obj)``, ``type_name(obj)``, ``class_name(cls)``, ``mro(cls)``,
     ``module_name(cls)``, ``class_attribute(cls, name)`` (static: no descriptor runs),
     ``instance_attributes(obj)`` (the ``__dict__`` or ``None``), ``slot_values(obj)``,
+    ``default_argument(code, places, object_id)`` (the parameter a default value is for),
     ``is_tensor(obj)``, ``is_module(obj)``, ``is_optimizer(obj)``.
 Containers
     ``container_items(obj, limit)`` (dict/list/tuple/set, subclasses too, through base

@@ -20,6 +20,10 @@ _type_dict = type.__dict__["__dict__"].__get__
 _mro = type.__dict__["__mro__"].__get__
 _module_of = type.__dict__["__module__"].__get__
 _class_name = type.__dict__["__name__"].__get__  # not a metaclass's __name__ property
+_function = types.FunctionType.__dict__
+_code_of = _function["__code__"].__get__
+_defaults_of = _function["__defaults__"].__get__
+_kwdefaults_of = _function["__kwdefaults__"].__get__
 
 
 def class_of(obj: Any) -> type:
@@ -134,3 +138,29 @@ def subclass_ids(cls: type) -> frozenset[int]:
                 found.add(id(sub))
                 stack.append(sub)
     return frozenset(found)
+
+
+def default_argument(code: types.CodeType, places: list[Any], object_id: int) -> Optional[str]:
+    """The parameter whose default value is the object ``object_id``, for the plain function
+    running ``code``, looked up by the code's name in ``places`` (a frame's globals, the MRO
+    of its ``self``'s class) and recognised by its ``__code__``; ``None`` when it is not
+    found or the object is no default. Dicts and functions are read by their own C methods
+    and descriptors: no user code runs."""
+    name = code.co_name
+    for ns in places:
+        try:
+            func = dict.get(ns, name) if type(ns) is dict else types.MappingProxyType.get(ns, name)
+            if type(func) is not types.FunctionType or _code_of(func) is not code:
+                continue
+            defaults = _defaults_of(func)
+            kwdefaults = _kwdefaults_of(func)
+        except Exception:
+            continue
+        positional = code.co_varnames[: code.co_argcount]
+        named: list[tuple[str, Any]] = []
+        if type(defaults) is tuple:
+            named += zip(positional[len(positional) - len(defaults) :], defaults)
+        if type(kwdefaults) is dict:  # keyword-only parameters, by name
+            named += [(k, v) for k, v in list(dict.items(kwdefaults)) if type(k) is str]
+        return next((param for param, value in named if id(value) == object_id), None)
+    return None
