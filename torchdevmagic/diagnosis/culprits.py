@@ -236,16 +236,23 @@ def _describe_distribution(obj: Any, expression: str) -> Optional[Value]:
     metas = [m for v in held if is_tensor(v) and (m := tensor_meta(v)) is not None]
     if not metas:
         return None
+    return _holding(obj, expression, "object", metas)
+
+
+def _holding(obj: Any, expression: str, kind: str, metas: list[TensorMeta], **more: Any) -> Value:
+    """``obj`` as a value holding the tensors ``metas`` describe: their devices, how many,
+    and their bytes (each storage counted once)."""
     devices, counts = _counted([m.device for m in metas])
     return Value(
         expression=expression,
-        kind="object",
+        kind=kind,
         type_name=safe.type_name(obj),
         devices=devices,
         count=len(metas),
         nbytes=sum({m.storage_key or i: m.nbytes for i, m in enumerate(metas)}.values()),
         device_counts=counts,
         object_id=id(obj),
+        **more,
     )
 
 
@@ -291,20 +298,14 @@ def _describe_container(obj: Any, expression: str, torch: Any) -> Optional[Value
     metas = [m for v in items if is_tensor(v, torch) and (m := tensor_meta(v, torch)) is not None]
     if not metas:
         return None
-    devices, counts = _counted([m.device for m in metas])
-    dtypes = tuple(dict.fromkeys(m.dtype for m in metas))
-    return Value(
-        expression=expression,
-        kind="container",
-        type_name=safe.type_name(obj),
-        devices=devices,
-        dtypes=dtypes,
-        count=len(metas),
-        nbytes=sum({m.storage_key or i: m.nbytes for i, m in enumerate(metas)}.values()),
-        device_counts=counts,
+    return _holding(
+        obj,
+        expression,
+        "container",
+        metas,
+        dtypes=tuple(dict.fromkeys(m.dtype for m in metas)),
         container=_container_kind(obj),
         integer=all(m.integer for m in metas),
-        object_id=id(obj),
         items="tensor",
         has_to=_defines_to(obj),
     )

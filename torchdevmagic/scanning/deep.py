@@ -32,13 +32,8 @@ class _Counter(Walker):
         self.met = 0  # finds, an object met again included: which names hold any
 
     def visit(self, obj: Any, path: str, depth: int) -> None:
-        self.visited += 1
-        if self.visited > self.budget:
-            self.over_budget += 1
-            return
-        cls = type(obj)
-        kind = self.kinds.get(id(cls)) or self.kind_of(cls)
-        if kind == "skip":
+        kind = self.admit(obj)
+        if kind is None:
             return
         if kind in ("tensor", "module", "optimizer"):
             self.found.setdefault(kind, set()).add(id(obj))

@@ -96,14 +96,20 @@ class Walker:
             self.visit(value, path, 0)
         self.ledger.flush()
 
-    def visit(self, obj: Any, path: str, depth: int) -> None:
+    def admit(self, obj: Any) -> Optional[str]:
+        """Counts a visit of ``obj``; its kind, or ``None`` when the scan's object budget is
+        spent (counted as not visited) or its kind is ``"skip"``."""
         self.visited += 1
         if self.visited > self.budget:
             self.over_budget += 1
-            return
+            return None
         cls = type(obj)
         kind = self.kinds.get(id(cls)) or self.kind_of(cls)
-        if kind == "skip":
+        return None if kind == "skip" else kind
+
+    def visit(self, obj: Any, path: str, depth: int) -> None:
+        kind = self.admit(obj)
+        if kind is None:
             return
         if kind == "tensor":
             self.ledger.defer([obj], [path])  # read in one batch by the ledger's flush()
