@@ -11,7 +11,6 @@ Broadcast/Gather/Scatter are such Functions.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import threading
 import weakref
@@ -21,6 +20,7 @@ import torch
 from torch.autograd import function as _function_module
 from torch.autograd.function import Function
 
+from torchdevmagic.emulate._hooks import node_hooks, placing
 from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
@@ -46,19 +46,6 @@ def _user_backward(cls: Any) -> Callable[..., Any]:
     return cls.backward  # type: ignore[no-any-return]
 
 
-def _placing() -> Any:
-    """The session's placement mode, for a user's ``backward``: autograd's engine runs it
-    with the torch function modes of the ``backward()`` call, which came through that very
-    mode (a mode is off while it handles a call), so ``torch.zeros(n, device=g.device)``
-    there would reach the real, absent CUDA backend."""
-    from torchdevmagic.emulate import _session
-
-    active = _session._ACTIVE
-    if active is None or torch._C._len_torch_function_stack():
-        return contextlib.nullcontext()
-    return active.mode
-
-
 def _bridge(cls: type) -> Any:
     bridge: Any = _bridges.get(cls)
     if bridge is not None:
@@ -74,7 +61,8 @@ def _bridge(cls: type) -> Any:
         else:
             out = user.forward(ctx, *args)
         outs = out if isinstance(out, tuple) else (out,)
-        ctx._emulated_outputs = [_device(o) for o in outs]
+        ctx._emulated_outputs = [_device(o) for o in outs]  # (node hooks read these)
+        ctx._emulated_inputs = [_device(a) for a in args if isinstance(a, torch.Tensor)]
         for name in ("dirty_tensors", "non_differentiable"):
             marked = getattr(ctx, name, None)
             if marked:
@@ -88,17 +76,25 @@ def _bridge(cls: type) -> Any:
             wrap(g, dev) if dev is not None and isinstance(g, torch.Tensor) else g
             for g, dev in zip(grads, devices)
         ]
-        with _placing():
+        with placing():
             result = _user_backward(user)(ctx, *outer)
         if isinstance(result, tuple):
             return tuple(_inner(r) for r in result)
         return _inner(result)
 
+    # Named as the user's class: its node's name() is the user's ("DoubleBackward"), which
+    # torch's own code reads (BackwardHook looks for "BackwardHookFunctionBackward").
     bridge = type(
-        f"Emulated{cls.__name__}",
+        cls.__name__,
         (Function,),
-        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+        {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(backward),
+            "__qualname__": cls.__qualname__,
+            "__module__": cls.__module__,
+        },
     )
+    node_hooks(bridge._backward_cls)
     _bridges[cls] = bridge
     return bridge
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchdevmagic.emulate import _grads, _rules, _sizes, _tensor
+from torchdevmagic.emulate import _grads, _hooks, _rules, _sizes, _tensor
 from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
@@ -302,6 +302,7 @@ _T: Any = torch.Tensor  # its descriptors' __get__/__set__ are the keys
 _TB: Any = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
 SPECIAL: dict[Any, Handler] = {
     **_grads.HANDLERS,
+    **_hooks.HANDLERS,
     _T.data.__set__: _data_set,
     _T.__deepcopy__: _deepcopy,
     _T.type: _type,

@@ -1,4 +1,4 @@
-"""The autograd face of an emulated tensor: ``.grad``, ``requires_grad``, hooks.
+"""The autograd face of an emulated tensor: ``.grad``, ``requires_grad`` (hooks: ``_hooks``).
 
 Autograd lives on the CPU tensor inside (``_function``): the C++ engine accumulates a
 leaf's gradient into the CPU tensor's ``.grad`` and never sees the wrapper. The wrapper's
@@ -206,30 +206,6 @@ def _requires_grad_set(func: Any, args: Any, kwargs: Any) -> Any:
     return t if func is not _requires_grad_descriptor.__set__ else out
 
 
-def _register_hook(func: Any, args: Any, kwargs: Any) -> Any:
-    t, hook = args[0], args[1] if len(args) > 1 else kwargs["hook"]
-    device = t.__dict__["_emulated_device"]
-
-    def on_grad(grad: Any) -> Any:
-        out = hook(wrap(grad, device))
-        return out.__dict__["_inner"] if type(out) is _EMU else out
-
-    return t.__dict__["_inner"].register_hook(on_grad)
-
-
-def _register_post_accumulate(func: Any, args: Any, kwargs: Any) -> Any:
-    t, hook = args[0], args[1] if len(args) > 1 else kwargs["hook"]
-    ref = weakref.ref(_link(t))
-
-    def after_accumulate(leaf: Any) -> None:
-        link = ref()
-        outer = None if link is None else link.get(leaf)
-        if outer is not None:
-            hook(outer)  # the emulated tensor the hook was registered on
-
-    return t.__dict__["_inner"].register_post_accumulate_grad_hook(after_accumulate)
-
-
 _T: Any = torch.Tensor  # its descriptors' __get__/__set__ are the keys
 HANDLERS = {
     _T.grad.__get__: _grad_get,
@@ -239,10 +215,7 @@ HANDLERS = {
     _T._grad.__set__: _grad_set,
     _T.requires_grad_: _requires_grad_set,
     _T.requires_grad.__set__: _requires_grad_set,
-    _T.register_hook: _register_hook,
 }
-if hasattr(_T, "register_post_accumulate_grad_hook"):
-    HANDLERS[_T.register_post_accumulate_grad_hook] = _register_post_accumulate
 
 # (below: _tensor imports _function, which builds on HANDLERS, whichever is imported first)
 from torchdevmagic.emulate._tensor import EmulatedTensor as _EMU  # noqa: E402
