@@ -15,7 +15,7 @@ import torch
 import torch.utils._device
 from torch.overrides import TorchFunctionMode
 
-from torchdevmagic.emulate import _sizes, _tensor
+from torchdevmagic.emulate import _pinned, _sizes, _tensor
 from torchdevmagic.emulate._function import handle
 from torchdevmagic.emulate._grads import relink, unlink
 from torchdevmagic.emulate._memory import released, unpinned
@@ -115,8 +115,8 @@ class PlacementMode(TorchFunctionMode):
             torch.Tensor.to: self._to,
             torch.Tensor.cuda: self._cuda,
             torch.Tensor.cpu: self._cpu,
-            torch.Tensor.pin_memory: _pin_memory,
-            torch.Tensor.is_pinned: _is_pinned,
+            torch.Tensor.pin_memory: _pinned.pin_memory,
+            torch.Tensor.is_pinned: _pinned.is_pinned,
         }
         self.handlers[torch.device] = _device_constructor
         for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
@@ -142,6 +142,8 @@ class PlacementMode(TorchFunctionMode):
                 target = self.devices.resolve(device)
                 if target is not None:
                     return self._factory(func, args, kwargs, target)
+            if kwargs.get("pin_memory"):  # on the CPU: pinned, as a GPU machine has it
+                return _pinned.factory(func, args, kwargs)
             if _function_modes():  # a user's torch function mode underneath sees our tensors
                 return func(*args, **kwargs)
             return handle(func, args, kwargs)
@@ -156,6 +158,8 @@ class PlacementMode(TorchFunctionMode):
         kwargs = {**kwargs, "device": _CPU}
         grad = bool(kwargs.pop("requires_grad", False)) if "requires_grad" in kwargs else None
         if kwargs.get("pin_memory"):
+            if func is not torch.tensor:  # (which makes it on the CPU, then moves it)
+                raise RuntimeError("Only dense CPU tensors can be pinned")  # empty_cuda's
             kwargs["pin_memory"] = False
         args = [inner_of(a) for a in args]
         _sizes.factory_check(func, args, kwargs, target)  # before it is made, as a GPU refuses
@@ -181,7 +185,10 @@ class PlacementMode(TorchFunctionMode):
             target = _CPU
         if target is None or (target.type == "cpu" and type(x) is not EmulatedTensor):
             return func(*args, **kwargs)
-        return to_device(x, target, dtype, copy)
+        out = to_device(x, target, dtype, copy)
+        if target.type == "cpu" and _non_blocking(args[1:], kwargs):
+            _pinned.mark(out)  # _to_copy's pin_out: a non-blocking copy from the GPU
+        return out
 
     def _cuda(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
@@ -221,19 +228,13 @@ def _device_constructor(func: Any, args: Any, kwargs: Any) -> Any:
     return func(*args, **kwargs)
 
 
-def _pin_memory(func: Any, args: Any, kwargs: Any) -> Any:
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    x = args[0]
-    if type(x) is EmulatedTensor:
-        raise RuntimeError(
-            f"cannot pin '{torch.Tensor.type(inner_of(x)).replace('torch.', 'torch.cuda.')}' "
-            "only dense CPU tensors can be pinned"
-        )
-    return x  # emulated pinned memory is the tensor itself
-
-
-def _is_pinned(func: Any, args: Any, kwargs: Any) -> bool:
-    return False
+def _non_blocking(rest: Any, kwargs: dict[str, Any]) -> bool:
+    """A ``Tensor.to`` call's ``non_blocking``: a keyword, or the positional after the
+    device (or tensor) and dtype (``to(device, dtype, non_blocking, copy)``)."""
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    pos = [a for a in rest if not isinstance(a, (str, torch.device, torch.dtype, torch.Tensor))]
+    return bool(pos[0]) if pos and isinstance(pos[0], bool) else False
 
 
 def _rnn(func: Any, args: Any, kwargs: Any) -> Any:

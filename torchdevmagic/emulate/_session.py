@@ -16,6 +16,7 @@ from torchdevmagic.emulate import (
     _grads,
     _parallel,
     _patches,
+    _pinned,
     _serialize,
     _special,
     _tensor,
@@ -205,5 +206,5 @@ def _collectives(p: _patches.Patcher, stream: Any) -> None:
 
     if hasattr(functions, "_get_stream"):
         p.set(functions, "_get_stream", stream)
-    # Pinned host memory is the tensor itself (DataLoader pins in a thread of its own).
-    p.set(pin, "pin_memory", lambda data, device=None: data)
+    # The DataLoader pins in a thread of its own, where the placement mode is not on.
+    p.set(pin, "pin_memory", _pinned.loader_standin(pin.pin_memory))
