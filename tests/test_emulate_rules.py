@@ -148,6 +148,22 @@ def test_random_ops_other_than_bernoulli_keep_their_checks() -> None:
         assert getattr(torch.empty(3, device="cuda"), op)(*args).is_emulated
 
 
+def test_binomial_refuses_a_zero_dim_cpu_count_or_prob() -> None:
+    # _s_binomial_cuda builds its TensorIterator without allow_cpu_scalars (binary ops have
+    # it, BINARY_OP_CONFIG), so max_cpu_scalars_on_non_cpu is 0 there; its output is made
+    # with count's options, on the CPU for a CPU count. The emulator let one through.
+    prob = torch.full((3,), 0.5, device="cuda")
+    count = torch.full((3,), 4.0, device="cuda")
+    raises(
+        lambda: torch.binomial(torch.tensor(4.0), prob), RuntimeError, ITER.format("cuda:0", "cpu")
+    )
+    raises(
+        lambda: torch.binomial(count, torch.tensor(0.5)), RuntimeError, ITER.format("cuda:0", "cpu")
+    )
+    assert torch.binomial(count, prob).is_emulated
+    assert (count * torch.tensor(0.5)).is_emulated  # a binary op takes one
+
+
 # -- indexing ---------------------------------------------------------------------------------
 def test_index_select_gather_embedding_refuse_a_cpu_index() -> None:
     x = torch.randn(5, 3, device="cuda")

@@ -7,8 +7,8 @@ here). Three kinds of check, as in torch itself:
   (``_checks.json``, written from torch's own native_functions.yaml by ``_gen_checks``): the
   out and positional tensor arguments must share one device, 0-dim CPU tensors included;
 - the kernels that opted out and check for themselves: TensorIterator (one 0-dim CPU input
-  allowed; ``where`` takes any number), advanced indexing (CPU indices allowed), foreach
-  (per list index), convolution (type check first), and a few that never check;
+  allowed; ``where`` takes any number, ``binomial`` none), advanced indexing (CPU indices
+  allowed), foreach (per list index), convolution (type check first), and a few that never check;
 - ops without a CUDA kernel of their own run their composite kernel, whose ops are checked.
 
 Messages are the installed torch's: the dispatcher's wording changed in 2.8.
@@ -152,7 +152,13 @@ def iterator_check(outputs: list[Any], inputs: list[Any], max_cpu_scalars: int =
             break
     scalars = 0
     for dev, t, is_input in devices:
-        if common.type != "cpu" and is_input and dev.type == "cpu" and t.dim() == 0:
+        if (
+            max_cpu_scalars
+            and common.type != "cpu"
+            and is_input
+            and dev.type == "cpu"
+            and t.dim() == 0
+        ):
             scalars += 1
             if scalars > max_cpu_scalars:
                 raise RuntimeError("Trying to pass too many CPU scalars to non-CPU kernel!")
@@ -163,8 +169,10 @@ def iterator_check(outputs: list[Any], inputs: list[Any], max_cpu_scalars: int =
 def _iterator_rule(func: Any, args: Any, kwargs: Any) -> None:
     __tracebackhide__ = True  # IPython and pytest show the caller
     outputs, inputs = _operands(func, args, kwargs)
-    # where() moves every 0-dim CPU operand to the output's device before its iterator runs.
-    limit = 3 if func._schema.name == "aten::where" else 1
+    # where() moves every 0-dim CPU operand to the output's device before its iterator runs;
+    # a config without allow_cpu_scalars takes none (TensorIteratorBase::compute_types).
+    name = func._schema.name
+    limit = 3 if name == "aten::where" else 0 if name in _NO_CPU_SCALARS else 1
     iterator_check(outputs, inputs, limit)
 
 
@@ -272,6 +280,8 @@ _NEVER_CHECKED = {
     "aten::bernoulli_",
     "aten::bernoulli",
 }
+# TensorIterator kernels whose config has no allow_cpu_scalars: _s_binomial_cuda.
+_NO_CPU_SCALARS = {"aten::binomial"}
 _INDEX = {"aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"}
 _CONV = {"aten::convolution", "aten::_convolution", "aten::convolution_overrideable"}
 
