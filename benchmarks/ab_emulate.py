@@ -1,13 +1,14 @@
 """Paired, interleaved A/B of the emulated GPU between two commits (or a commit and the tree).
 
-    python benchmarks/ab_emulate.py BASE OTHER [--work op|op_grad|cnn|transformer]
+    python benchmarks/ab_emulate.py BASE OTHER [--work op|op_grad|pair|broadcast|cnn|transformer]
                                                [--rounds 31] [--n 2000]
 
 BASE and OTHER are git revisions or ``.`` for the working tree, each in its own Python
 process with its own copy of the package (``ab_scan.py``'s ``git archive``). Each process
 turns emulation on and builds the same work as ``bench_emulate.py`` does on ``cuda``: a tiny
-``x + 1`` (``op``), the same with ``requires_grad`` (``op_grad``), or a CNN or transformer
-block training step. Every round asks both processes for one timing, in a random order, back
+``x + 1`` (``op``), the same with ``requires_grad`` (``op_grad``), ``x + y`` of one shape
+(``pair``) or (16, 1) + (1, 16) (``broadcast``), or a CNN or transformer block training
+step. Every round asks both processes for one timing, in a random order, back
 to back; a timing is process CPU time per call over ``--n`` calls (steps: ``--n`` / 200), so
 another process taking a core inflates it far less than the wall clock. The figure is the
 median over rounds of OTHER / BASE with its interquartile range, and each side's median
@@ -31,7 +32,7 @@ sys.path.insert(0, str(HERE))
 
 from ab_scan import interleaved, print_pairs  # noqa: E402 - the scripts' own folder
 
-WORK = ("op", "op_grad", "cnn", "transformer")
+WORK = ("op", "op_grad", "pair", "broadcast", "cnn", "transformer")
 
 
 def worker(work: str, n: int) -> None:
@@ -46,11 +47,13 @@ def worker(work: str, n: int) -> None:
     make: Callable[[str], Callable[[], Any]] = {
         "op": bench_emulate.tiny_op,
         "op_grad": bench_emulate.tiny_op_grad,
+        "pair": bench_emulate.tiny_pair,
+        "broadcast": bench_emulate.tiny_broadcast,
         "cnn": bench_emulate.cnn,
         "transformer": bench_emulate.transformer,
     }[work]
     fn = make("cuda")
-    calls = n if work.startswith("op") else max(1, n // 200)
+    calls = max(1, n // 200) if work in ("cnn", "transformer") else n
     for _ in range(3):
         fn()  # warm-up: per-op caches, the first graph
     for line in sys.stdin:

@@ -88,6 +88,26 @@ def tiny_op_grad(device: str) -> Callable[[], Any]:
     return op
 
 
+def tiny_pair(device: str) -> Callable[[], Any]:
+    # Two tensors of one shape (a residual add): the broadcast check compares their shapes.
+    x, y = torch.randn(16).to(device), torch.randn(16).to(device)
+
+    def op() -> Any:
+        return x + y
+
+    return op
+
+
+def tiny_broadcast(device: str) -> Callable[[], Any]:
+    # (16, 1) + (1, 16): the broadcast check sizes the (16, 16) result before it is made.
+    x, y = torch.randn(16, 1).to(device), torch.randn(1, 16).to(device)
+
+    def op() -> Any:
+        return x + y
+
+    return op
+
+
 def _time(fn: Callable[[], Any], n: int) -> tuple[float, float]:
     """(wall-clock, process CPU) seconds per call."""
     wall, cpu = time.perf_counter(), time.process_time()

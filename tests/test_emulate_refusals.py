@@ -92,6 +92,9 @@ def test_nothing_is_made_on_the_cpu_before_the_refusal() -> None:
             lambda: big.to("cuda", torch.float64),
             lambda: z[:, None] @ z[None, :],
             lambda: z.expand(2048, 2048).contiguous(),
+            lambda: z[:, None] * z[None, :],  # broadcasting: (N, 1) * (1, N)
+            lambda: z[:, None] + z,
+            lambda: torch.where(z[:, None] > 0, z, 0.0),
         ]
         for cell in cells:
             activities = [ProfilerActivity.CPU]

@@ -98,6 +98,8 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return usual(func, args, kwargs)  # a user's dispatch mode sees the emulated tensors
     if func in _sizes.GROWS and _tensor.ledger is not None:
         _sizes.check_before(func, new_args, new_kwargs, device)
+    elif len(inputs) > 1 and func in _sizes.BROADCASTS and _tensor.ledger is not None:
+        _sizes.broadcast_check(func, new_args, new_kwargs, device)
     try:
         out = func(*new_args, **new_kwargs)
     except NotImplementedError as exc:

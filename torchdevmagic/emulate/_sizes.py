@@ -7,8 +7,10 @@ ops that can make an output much larger than their inputs are run first on ``met
 tensors of the same shapes, strides and dtypes, which allocate nothing, and the bytes of
 their fresh outputs are checked against the emulated capacity; factories likewise. Ops
 whose output has at most the input's elements (``clone``, ``contiguous``, ``reshape``...)
-skip that when even the bound fits. Any other op is checked when its result is wrapped, and
-a CPU allocation refused for more than the GPU has free becomes CUDA's error there too.
+skip that when even the bound fits. Elementwise ops with tensors of different shapes are
+sized by their broadcast shape first, and run on ``meta`` only when that bound does not fit.
+Any other op is checked when its result is wrapped, and a CPU allocation refused for more
+than the GPU has free becomes CUDA's error there too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from torchdevmagic.emulate import _tensor
 
 _META = torch.device("meta")
+_Tensor = torch.Tensor
 
 # Outputs with at most the first tensor argument's elements.
 _BOUNDED_NAMES = (
@@ -85,6 +88,19 @@ _GROWING_NAMES = (
     "conv_transpose3d",
 )
 _DATA_NAMES = ("tensor", "as_tensor", "asarray")
+# Out-of-place elementwise ops: their output has the inputs' broadcast shape, which can be
+# far larger than any input ((N, 1) * (1, N)).
+_BINARY = (
+    *("add", "sub", "subtract", "rsub", "mul", "multiply", "div", "divide", "true_divide"),
+    *("floor_divide", "remainder", "fmod", "pow", "float_power", "atan2", "arctan2", "hypot"),
+    *("maximum", "minimum", "fmax", "fmin", "copysign", "xlogy", "nextafter", "ldexp"),
+    *("eq", "ne", "lt", "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal"),
+    *("not_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or"),
+    *("bitwise_xor", "where", "lerp", "addcmul", "addcdiv", "heaviside", "isclose"),
+)
+_OPS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
+_COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+_DUNDERS = (*(f"__{r}{op}__" for op in _OPS for r in ("", "r")), *_COMPARISONS)
 
 
 def _functions(names: tuple[str, ...]) -> frozenset[Any]:
@@ -101,6 +117,7 @@ def _functions(names: tuple[str, ...]) -> frozenset[Any]:
 BOUNDED = _functions(_BOUNDED_NAMES)
 GROWS = BOUNDED | _functions(_GROWING_NAMES)
 _DATA = _functions(_DATA_NAMES)
+BROADCASTS = _functions(_BINARY + _DUNDERS)
 # One number scales several dimensions (interpolate's scale_factor): no bound by factors.
 _UNBOUNDED = _functions(("interpolate", "upsample"))
 
@@ -193,6 +210,32 @@ def check_before(func: Any, args: Any, kwargs: dict[str, Any], device: torch.dev
     nbytes = predicted(func, args, kwargs)
     if nbytes:
         ledger.fits(device, nbytes)
+
+
+def broadcast_check(func: Any, args: Any, kwargs: dict[str, Any], device: torch.device) -> None:
+    """Fail as CUDA would if an elementwise op's broadcast output (CPU arguments) does not
+    fit. Tensors of one shape (the usual case) make nothing larger than an input: no check."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    first = None
+    for a in args:
+        if type(a) is _Tensor:
+            if first is None:
+                first = a.shape
+            elif a.shape != first:
+                break
+    else:
+        return  # one shape
+    if "out" in kwargs:
+        return  # writes into a tensor that exists
+    shapes = [a.shape for a in args if isinstance(a, torch.Tensor)]
+    numel = 1
+    for d in range(1, max(len(s) for s in shapes) + 1):  # from the right, as torch aligns
+        numel *= max(s[-d] if d <= len(s) else 1 for s in shapes)
+    if numel * 16 <= _tensor.ledger.room(device):  # even at the widest dtype
+        return
+    nbytes = predicted(func, args, kwargs)
+    if nbytes:
+        _tensor.ledger.fits(device, nbytes)
 
 
 def factory_check(func: Any, args: Any, kwargs: dict[str, Any], device: torch.device) -> None:
