@@ -212,3 +212,50 @@ def test_a_functions_node_has_its_name_as_on_a_gpu(emu: Any) -> None:
         "y = Double.apply(torch.ones(2, device='cuda', requires_grad=True))",
     )
     assert emu.user_ns["y"].grad_fn.name() == "DoubleBackward"
+
+
+GRAD_ON_CPU = """
+import torch
+class Clamp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0) * scale
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, = ctx.saved_tensors
+        return GRAD, None
+x = torch.randn(4, 3, device="cuda", requires_grad=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("grad", "message"),
+    [
+        ("torch.zeros(x.shape)", "expected device cuda:0 but got cpu"),
+        ("torch.zeros(x.shape, device='cuda:1')", "expected device cuda:0 but got cuda:1"),
+        ("grad_out * (x > 0)", None),
+    ],
+)
+def test_a_functions_gradient_on_another_device_fails_as_on_a_gpu(
+    shell: Any, grad: str, message: Any
+) -> None:
+    # The engine's validate_outputs: "Function ... returned an invalid gradient at index 0 -
+    # expected device cuda:0 but got cpu"; the CPU graph inside saw a CPU gradient and passed.
+    shell.run_line_magic("emulate_cuda", "on --devices 2")
+    try:
+        _ok(shell, GRAD_ON_CPU.replace("GRAD", grad))
+        err = shell.run_cell("Clamp.apply(x, 2.0).sum().backward()").error_in_exec
+        if message is None:
+            assert err is None, repr(err)
+            assert shell.user_ns["x"].grad.device == torch.device("cuda:0")
+        else:
+            assert type(err) is RuntimeError
+            assert (
+                str(err)
+                == f"Function ClampBackward returned an invalid gradient at index 0 - {message}"
+            )
+    finally:
+        _session.stop()
+        shell.run_cell("pass")
+        shell.InteractiveTB.tb = None

@@ -20,7 +20,7 @@ import torch
 from torch.autograd import function as _function_module
 from torch.autograd.function import Function
 
-from torchdevmagic.emulate._hooks import node_hooks, placing
+from torchdevmagic.emulate._hooks import checked_gradients, node_hooks, placing
 from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
@@ -63,6 +63,7 @@ def _bridge(cls: type) -> Any:
         outs = out if isinstance(out, tuple) else (out,)
         ctx._emulated_outputs = [_device(o) for o in outs]  # (node hooks read these)
         ctx._emulated_inputs = [_device(a) for a in args if isinstance(a, torch.Tensor)]
+        ctx._tensor_args = [isinstance(a, torch.Tensor) for a in args]
         for name in ("dirty_tensors", "non_differentiable"):
             marked = getattr(ctx, name, None)
             if marked:
@@ -78,6 +79,7 @@ def _bridge(cls: type) -> Any:
         ]
         with placing():
             result = _user_backward(user)(ctx, *outer)
+        checked_gradients(ctx, result if isinstance(result, tuple) else (result,))
         if isinstance(result, tuple):
             return tuple(_inner(r) for r in result)
         return _inner(result)

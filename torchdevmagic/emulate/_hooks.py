@@ -28,6 +28,7 @@ import torch
 
 _no_torch_function = torch._C.DisableTorchFunction
 _len_modes = torch._C._len_torch_function_stack
+_CPU = torch.device("cpu")
 
 
 def placing() -> Any:
@@ -138,6 +139,28 @@ def node_hooks(backward_cls: Any) -> None:
 
     backward_cls.register_hook = register_hook
     backward_cls.register_prehook = register_prehook
+
+
+def checked_gradients(node: Any, results: tuple[Any, ...]) -> None:
+    """A bridge Function's gradients, checked for their devices as the engine's
+    ``validate_outputs`` checks them on a GPU (the CPU graph inside sees CPU tensors and
+    passes): a gradient on another device than its input fails, but a 0-dim one, which the
+    engine moves. Shapes and dtypes C++ checks the same on the CPU tensors."""
+    index = -1
+    for value, is_tensor in zip(results, node._tensor_args):
+        if not is_tensor:
+            continue
+        index += 1
+        if not isinstance(value, torch.Tensor):
+            continue
+        expected = node._emulated_inputs[index] or _CPU
+        with _no_torch_function():
+            got = value.__dict__["_emulated_device"] if type(value) is _EMU else value.device
+            if got != expected and value.dim() != 0:
+                raise RuntimeError(
+                    f"Function {type(node).__name__} returned an invalid gradient at index "
+                    f"{index} - expected device {expected} but got {got}"
+                )
 
 
 # -- torch function handlers (``_function.SPECIAL``) -------------------------------------
