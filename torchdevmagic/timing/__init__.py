@@ -33,16 +33,8 @@ from torchdevmagic.timing.backends import (
     count_sync_warnings,
     default_backend,
 )
-from torchdevmagic.timing.engine import (
-    STREAM_MODES,
-    CaptureInProgress,
-    Loop,
-    Measurement,
-    Plan,
-    Timer,
-    parse_device,
-    source_key,
-)
+from torchdevmagic.timing.engine import Loop, Measurement, Timer, source_key
+from torchdevmagic.timing.plan import STREAM_MODES, CaptureInProgress, Plan, parse_device
 from torchdevmagic.timing.result import TimingResult
 from torchdevmagic.timing.verdict import verdict_for
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from torchdevmagic.timing.result import TimingResult
 
 if TYPE_CHECKING:
-    from torchdevmagic.timing.engine import Plan
+    from torchdevmagic.timing.plan import Plan
 
 
 def _stats(samples: list[float]) -> tuple[float, float, float, float]:
