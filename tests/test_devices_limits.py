@@ -146,3 +146,39 @@ def test_a_chain_deeper_than_the_look_below_says_so(shell: Any) -> None:
     )
     report = run(shell, "%devices -o")
     assert report.stats.deep_unchecked == ("chain",) and report.stats.deep_in == ()
+
+
+def test_the_hidden_rows_footer_names_the_way_of_its_front_door(shell: Any, capsys: Any) -> None:
+    """Past 30 rows the footer says how to see them all: ``--top 0`` under %devices, ``top=0``
+    from scan() (it said ``--top 0`` to scan() callers, an option scan() does not have); each
+    way, taken, shows every row and no footer."""
+    run(
+        shell,
+        "import torch, torchdevmagic\n" + "\n".join(f"t{i} = torch.zeros(1)" for i in range(40)),
+    )
+    capsys.readouterr()
+    run(shell, "%devices")
+    out = capsys.readouterr().out
+    assert "… 10 more rows not shown (--top 0 shows all)" in out and "top=0" not in out
+    api = str(run(shell, "torchdevmagic.scan()"))
+    assert "… 10 more rows not shown (scan(top=0) shows all)" in api and "--top" not in api
+    capsys.readouterr()
+    run(shell, "%devices --top 0")
+    assert "more rows" not in capsys.readouterr().out
+    report = run(shell, "torchdevmagic.scan(top=0)")
+    assert len(report.rows) == 40 and "more rows" not in str(report)
+
+
+@pytest.mark.no_cuda
+def test_the_no_gpu_line_names_the_way_of_its_front_door(shell: Any, capsys: Any) -> None:
+    """ "No GPU visible" points to %devices --env under the magic and to check_environment()
+    from scan() (it named the magic's option there too); both ways run."""
+    run(shell, "import torch, torchdevmagic\nx = torch.zeros(1)")
+    assert "No GPU visible to torch (%devices --env tells why)." in str(run(shell, "%devices -o"))
+    api = str(run(shell, "torchdevmagic.scan()"))
+    assert "No GPU visible to torch (check_environment() tells why)." in api
+    assert "%devices" not in api
+    capsys.readouterr()
+    run(shell, "%devices --env")
+    assert capsys.readouterr().out.strip()
+    assert run(shell, "torchdevmagic.check_environment()") is not None

@@ -83,8 +83,11 @@ def totals_line(report: DevicesReport) -> str:
     return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({count})"
 
 
-# How to walk deeper, in the words of the front door that made the report.
+# The footer's advice (how to walk deeper, see every row, learn why there is no GPU), in the
+# words of the front door that made the report: the magic's options, or scan()'s keywords.
 DEEPER = {"%devices": "%devices --depth N goes deeper", "scan": "scan(max_depth=...) goes deeper"}
+SHOW_ALL = {"%devices": "--top 0 shows all", "scan": "scan(top=0) shows all"}
+WHY_NO_GPU = {"%devices": "%devices --env tells why", "scan": "check_environment() tells why"}
 
 
 def footer_lines(s: ScanStats, hidden_rows: int, made_by: str = "scan") -> list[str]:
@@ -93,7 +96,8 @@ def footer_lines(s: ScanStats, hidden_rows: int, made_by: str = "scan") -> list[
     deeper = DEEPER.get(made_by, DEEPER["scan"])
     lines = []
     if hidden_rows:
-        lines.append(f"… {hidden_rows:,} more rows not shown (--top 0 shows all)")
+        show_all = SHOW_ALL.get(made_by, SHOW_ALL["scan"])
+        lines.append(f"… {hidden_rows:,} more rows not shown ({show_all})")
     if s.truncated_containers:
         names = ", ".join(s.truncated_containers[:3])
         lines.append(
@@ -216,7 +220,8 @@ def holder_text(h: Holder) -> str:
 
 def gpu_notes(report: DevicesReport) -> list[str]:
     if report.gpus_checked and not report.gpus:
-        return ["No GPU visible to torch (%devices --env tells why)."]
+        why = WHY_NO_GPU.get(report.made_by, WHY_NO_GPU["scan"])
+        return [f"No GPU visible to torch ({why})."]
     out = []
     for g in report.gpus:
         out += [f"{g.device}: {n}" for n in g.notes]
