@@ -317,6 +317,9 @@ for _name in ("__array__", "resize_", "resize_as_", "set_"):
     _fn = getattr(_T, _name, None)
     if _fn is not None:
         SPECIAL[_fn] = usual
+# CUDA's pack_padded_sequence kernel checks lengths and keeps batch_sizes on the CPU:
+# _special's rule for aten::_pack_padded_sequence knows both.
+SPECIAL[torch._C._VariableFunctions._pack_padded_sequence] = usual
 for _name in (
     "t_",
     "transpose_",

@@ -60,6 +60,37 @@ def _refresh(self: EmulatedTensor) -> Any:
     return self
 
 
+# c10's ScalarType names, as TORCH_CHECK prints a dtype.
+_SCALAR_NAMES = {
+    torch.int64: "Long",
+    torch.int32: "Int",
+    torch.int16: "Short",
+    torch.int8: "Char",
+    torch.uint8: "Byte",
+    torch.bool: "Bool",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+}
+
+
+def _pack_padded_sequence(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
+    """CUDA's kernel wants ``lengths`` on the CPU, even beside an input on the GPU
+    (checkLongTensor, aten/src/ATen/native/PackedSequence.cpp), and returns the packed data
+    on the input's device with ``batch_sizes`` on the CPU."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    lengths = args[1] if len(args) > 1 else kwargs["lengths"]
+    if type(lengths) is EmulatedTensor:
+        dtype = _SCALAR_NAMES.get(lengths.dtype, str(lengths.dtype))
+        raise RuntimeError(
+            "'lengths' argument should be a 1D CPU int64 tensor, but got "
+            f"{lengths.dim()}D {lengths.device} {dtype} tensor"
+        )
+    data, batch_sizes = func(*new[0], **new[1])
+    return wrap(data, device), batch_sizes
+
+
 def _record_stream(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
     return None  # emulated streams never overlap: nothing to record
 
@@ -71,5 +102,6 @@ _rules.SPECIAL.update(
         aten._to_copy.default: _to_copy,
         aten._local_scalar_dense.default: _local_scalar,
         aten.resize_.default: _checked_copy,
+        aten._pack_padded_sequence.default: _pack_padded_sequence,
     }
 )
