@@ -43,7 +43,7 @@ def numpy_device(c: Ctx) -> Diagnosis:
     if fix and home is not None:
         plan = Plan(fix, home.lineno, home.frame.f_code.co_filename)
         if not home.is_cell:
-            plan = Tracer(frames, c.namespace, "cpu").in_function(home, fix, home.lineno, names)
+            plan = Tracer(frames, c.namespace, "cpu").scoped(home, fix, home.lineno)
     fields = with_plan(dict(base, fix=None), plan)
     return Diagnosis(
         summary=f"{names} lives on {odd}; NumPy can only read CPU memory",
@@ -87,8 +87,7 @@ def _line_plan(c: Ctx, fix: Optional[str]) -> Optional[Plan]:
         return None
     if inner.is_cell:
         return Plan(fix, inner.lineno, inner.frame.f_code.co_filename)
-    plan = Tracer(c.frames, c.namespace, "cpu").in_function(inner, fix, inner.lineno, "")
-    return Plan(fix, plan.lineno, plan.file, scope=plan.scope)
+    return Tracer(c.frames, c.namespace, "cpu").scoped(inner, fix, inner.lineno)
 
 
 def deserialize(c: Ctx) -> Diagnosis:

@@ -344,7 +344,11 @@ class Tracer:
         moved = rw.wrap_reference(fr.stmt, v.local, f".to({dev})")
         if not moved:
             return None
-        plan = self.in_function(fr, moved, fr.lineno, v.local)
+        return self.noted_where_made(fr, v, self.in_function(fr, moved, fr.lineno, v.local))
+
+    def noted_where_made(self, fr: Any, v: Value, plan: Plan) -> Plan:
+        """``plan``, a fix in ``fr``'s function for ``v``, whose note says "made in" only of a
+        local the function assigns before the failing line."""
         if not v.local.isidentifier() or fm.assignments_before(fr.func, fr.lineno, v.local):
             return plan
         # Not made here: a default argument (made once, when the def ran), or a value that
@@ -373,13 +377,15 @@ class Tracer:
         return default_argument(fr.frame.f_code, places, v.object_id)
 
     def in_function(self, fr: Any, line: str, lineno: int, name: str) -> Plan:
-        return Plan(
-            line,
-            lineno,
-            fr.frame.f_code.co_filename,
-            scope=self.scope_text(fr, lineno),
-            note=f"{name} is made in {fm.function_name(fr.frame.f_code)} on the wrong device",
+        """``line`` replaces line ``lineno`` of ``fr``'s function, where ``name`` is made."""
+        plan = self.scoped(fr, line, lineno)
+        return replace(
+            plan, note=f"{name} is made in {fm.function_name(fr.frame.f_code)} on the wrong device"
         )
+
+    def scoped(self, fr: Any, line: str, lineno: int) -> Plan:
+        """``line`` replaces line ``lineno`` of ``fr``'s function: the fix alone, no note."""
+        return Plan(line, lineno, fr.frame.f_code.co_filename, scope=self.scope_text(fr, lineno))
 
     def anonymous_plan(self, fr: Any) -> Optional[tuple[str, Plan]]:
         """A tensor made on the failing line itself without ``device=``
@@ -412,7 +418,7 @@ class Tracer:
         file = fr.frame.f_code.co_filename
         if fr.is_cell:
             return Plan(line, fr.lineno, file)
-        return self.in_function(fr, line, fr.lineno, v.local)
+        return self.noted_where_made(fr, v, self.in_function(fr, line, fr.lineno, v.local))
 
 
 def _line(node: ast.AST) -> int:
