@@ -50,11 +50,13 @@ class _Frame:
     owner: Optional[str] = None  # the notebook's name for ``self`` (a module)
     values: list[cp.Value] = field(default_factory=list)
     self_id: Optional[int] = None
+    namespace: Any = None
+    roots: dict[str, Optional[str]] = field(default_factory=dict)  # local -> notebook name
 
     def rename(self, expression: str) -> str:
         if self.owner and (expression == "self" or expression.startswith(("self.", "self["))):
             return self.owner + expression[4:]
-        return expression
+        return _rooted(self, expression) or expression
 
     def describe(self, node: ast.AST) -> Optional[cp.Value]:
         """The value ``node`` refers to in this frame, named as the user would."""
@@ -121,7 +123,9 @@ def _user_frames(
         in_cell = fm.is_cell_file(code.co_filename, f.f_globals, namespace)
         is_cell = in_cell and fm.is_module_level(code)
         func = None if fm.is_module_level(code) else fm.enclosing_function(tree, ln)
-        out.append(_Frame(f, ln, lines, tree, stmt, is_cell, in_cell, func, torch))
+        frame = _Frame(f, ln, lines, tree, stmt, is_cell, in_cell, func, torch)
+        frame.namespace = namespace  # for the notebook's names of what a frame was passed
+        out.append(frame)
     # Values: outermost first, so a tensor passed down keeps the name the user gave it.
     seen: dict[int, str] = {}
     for index, fr in enumerate(out):
@@ -166,6 +170,27 @@ def _alias(fr: _Frame, v: cp.Value) -> Optional[str]:
     if id(fr.resolver.resolve(hits[-1].value)) != v.object_id:
         return None
     return fr.rename(ast.unparse(hits[-1].value))
+
+
+def _rooted(fr: _Frame, local: str) -> Optional[str]:
+    """``inputs.encoder_inputs`` in a forward that got the notebook's ``sent1_inputs``: the
+    path under the notebook's name, so a fix run in the notebook finds it."""
+    root = local.split(".", 1)[0].split("[", 1)[0]
+    if fr.is_cell or fr.namespace is None or root in ("", "self", local):
+        return None
+    try:
+        f_locals = fr.frame.f_locals
+    except Exception:
+        return None
+    if root not in fr.roots:
+        held = dict.get(f_locals, root, _NOTHING) if type(f_locals) is dict else _NOTHING
+        found = None if held is _NOTHING else _name_in_namespace(id(held), fr.namespace, fr.torch)
+        fr.roots[root] = found if found != root else None
+    name = fr.roots[root]
+    return name + local[len(root) :] if name is not None else None
+
+
+_NOTHING = object()
 
 
 def _name_in_namespace(obj_id: int, namespace: Mapping[str, Any], torch: Any) -> Optional[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from torchdevmagic._device import Device
@@ -23,6 +24,20 @@ FACTORIES = frozenset(
     }
 )  # fmt: skip
 CASTS = {"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a fix goes: run before the cell (no lineno), or replace/insert at ``lineno`` of
+    ``file`` (the failing cell, an earlier cell, or a .py file; ``scope`` names a function)."""
+
+    fix: str
+    lineno: Optional[int] = None
+    file: str = ""
+    scope: str = ""
+    insert: bool = False
+    note: str = ""
+    culprit: Optional[Value] = None  # what to name instead (the container, not its item)
 
 
 def device_of(value: Any) -> Optional[str]:

@@ -15,6 +15,7 @@ from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis import rules as rl
+from torchdevmagic.diagnosis import together
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis
 from torchdevmagic.diagnosis.tracing import Plan, Tracer
 
@@ -155,7 +156,7 @@ def _mismatch_plan(culprits: list[cp.Value], tracer: Tracer, to_cpu: bool) -> Op
     if len(culprits) == 1:
         return tracer.plan(first)
     plans = [tracer.plan(v) for v in culprits]
-    joint = tracer.joint_plan(culprits, plans)
+    joint = together.joint_plan(tracer, culprits, plans)
     if joint is not None:
         return joint
     if all(p is not None and p.lineno is None for p in plans):

@@ -20,28 +20,18 @@ module that is split across devices on purpose.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Optional
 
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis import rewrites as rw
+from torchdevmagic.diagnosis import together
 from torchdevmagic.diagnosis.culprits import Value
+from torchdevmagic.diagnosis.fixes import Plan
 from torchdevmagic.safe.objects import class_namespace, default_argument, mro
 
-
-@dataclass(frozen=True)
-class Plan:
-    """Where a fix goes: run before the cell (no lineno), or replace/insert at ``lineno`` of
-    ``file`` (the failing cell, an earlier cell, or a .py file; ``scope`` names a function)."""
-
-    fix: str
-    lineno: Optional[int] = None
-    file: str = ""
-    scope: str = ""
-    insert: bool = False
-    note: str = ""
-    culprit: Optional[Value] = None  # what to name instead (the container, not its item)
+__all__ = ["Plan", "Tracer"]
 
 
 class Tracer:
@@ -138,7 +128,8 @@ class Tracer:
                 return container
             return self.function_plan(replace(v, local=v.expression), home)
         if not v.expression.startswith("self.") and v.expression != v.local:
-            return Plan(self.move(v))  # named from the notebook (a module attribute path)
+            # named from the notebook (a module attribute path, an input object's tensor)
+            return together.object_plan(self, v) or Plan(self.move(v))
         if fr is not None and not fr.is_cell:
             return self.function_plan(v, fr)
         return Plan(self.move(v)) if not v.expression.startswith("self.") else None
@@ -163,7 +154,7 @@ class Tracer:
                     )
                     return Plan(fixed, hits[-1].lineno, file, note=why)
             if loop is not None:
-                names = self.loop_targets(cell, loop, name)
+                names = together.loop_targets(self, cell, cell.tree, loop, name)
                 lhs = ", ".join(names)
                 rhs = ", ".join(f"{n}.to({self.cell_dev})" for n in names)
                 return Plan(f"{lhs} = {rhs}", cell.lineno, file, insert=True)
@@ -171,30 +162,12 @@ class Tracer:
             made = self.root_creation(v, cell)
             if made is not None:
                 return made
-        siblings = self.siblings(v, cell)
+        siblings = together.siblings(self, v, cell)
         if len(siblings) > 1:
             lhs = ", ".join(w.expression for w in siblings)
             rhs = ", ".join(f"{w.expression}.to({self.cell_dev})" for w in siblings)
             return Plan(f"{lhs} = {rhs}")
         return Plan(self.move(v))
-
-    def joint_plan(self, culprits: list[Value], plans: list[Optional[Plan]]) -> Optional[Plan]:
-        """Tensors of the cell off target, each made or bound on its own line (NJODE's
-        ``tau`` and ``tdiff``): correcting the first line alone fails next on the second, so
-        one line inserted before the failing statement moves them all."""
-        if len(culprits) < 2 or all(p is not None and p.lineno is None for p in plans):
-            return None  # one culprit, or every fix runs before the cell: combined there
-        if not all(v.kind == "tensor" and v.expression.isidentifier() for v in culprits):
-            return None
-        homes = [self.home(v) for v in culprits]
-        cell = homes[0]
-        if cell is None or not cell.is_cell or any(h is not cell for h in homes):
-            return None
-        names = [v.expression for v in culprits]
-        lhs, rhs = ", ".join(names), ", ".join(f"{n}.to({self.cell_dev})" for n in names)
-        at = cell.stmt.lineno if cell.stmt is not None else cell.lineno
-        why = "; ".join(p.note for p in plans if p is not None and p.note)
-        return Plan(f"{lhs} = {rhs}", at, cell.frame.f_code.co_filename, insert=True, note=why)
 
     def root_creation(self, v: Value, cell: Any) -> Optional[Plan]:
         """``batch["x"]`` where the cell itself creates ``batch`` before the failing line:
@@ -217,56 +190,6 @@ class Tracer:
         line = f"{ast.unparse(hits[-1].targets[0])} = {fixed}"
         why = f"line {hits[-1].lineno} creates {node.id} with {v.expression} on the wrong device"
         return Plan(line, hits[-1].lineno, cell.frame.f_code.co_filename, note=why)
-
-    def siblings(self, v: Value, cell: Any) -> list[Value]:
-        """``train_step(model, (xb, yb))``: the other tensors of the tuple or list the culprit
-        is passed in, that are off target too (they fail next)."""
-        if cell.stmt is None:
-            return [v]
-        for node in ast.walk(cell.stmt):
-            if isinstance(node, (ast.Tuple, ast.List)) and isinstance(
-                getattr(node, "ctx", None), ast.Load
-            ):
-                texts = [ast.unparse(e) for e in node.elts]
-                if v.expression in texts:
-                    group = [
-                        w
-                        for w in cell.values
-                        if w.local in texts
-                        and w.kind == "tensor"
-                        and not fx.on_device(w.devices, self.target)
-                    ]
-                    return group or [v]
-        return [v]
-
-    def loop_targets(self, cell: Any, loop: ast.AST, name: str) -> list[str]:
-        """The culprit and the other tensors the same ``for`` binds that are off target."""
-        for node in ast.walk(cell.tree):
-            if isinstance(node, ast.For) and node.iter is loop:
-                names = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
-                break
-        else:
-            return [name]
-        off = {
-            w.local
-            for w in cell.values
-            if w.kind == "tensor" and not fx.on_device(w.devices, self.target)
-        }
-        return [n for n in names if n == name or (n in off or self._off_in_ns(cell, n))]
-
-    def _off_in_ns(self, cell: Any, name: str) -> bool:
-        from torchdevmagic.diagnosis.culprits import describe
-
-        try:
-            value = cell.frame.f_locals.get(name)
-        except Exception:
-            return False
-        described = describe(value, name, cell.torch) if value is not None else None
-        return bool(
-            described
-            and described.kind == "tensor"
-            and not fx.on_device(described.devices, self.target)
-        )
 
     def container_plan(self, v: Value, fr: Any) -> Optional[Plan]:
         """``for p in self.params`` / ``self.criterions[0]`` -> the plain container."""
@@ -315,6 +238,10 @@ class Tracer:
         for owner in (fr, self.parent(fr)):
             if owner is None or owner.resolver is None:
                 continue
+            if isinstance(node, (ast.Attribute, ast.Subscript)):
+                holder = owner.describe(node.value)
+                if holder is None or holder.kind != "module":
+                    continue  # a dict of the user's own object: no module to register it in
             found = owner.describe(node)
             if found is not None and found.kind == "container":
                 return found.expression, found
@@ -332,6 +259,9 @@ class Tracer:
         failing line with the local moved where the rest is."""
         if v.local.isidentifier():
             hits = fm.assignments_before(fr.func, fr.lineno, v.local)
+            loop = fm.loop_over(fr.func, fr.lineno, v.local)
+            if loop is not None and (not hits or hits[-1].lineno < _line(loop)):
+                return together.loop_plan(self, v, fr, loop)
             if hits and isinstance(hits[-1], ast.Assign):
                 dev = self.ref_device(fr, hits[-1].lineno)
                 fixed = rw.with_device(hits[-1].value, dev) if dev else None

@@ -1,0 +1,214 @@
+"""%%devcheck on device errors raised inside the user's own helpers, from real reports, on
+the emulated GPU: each cell fails with PyTorch's CUDA message, the printed fix is applied
+where the tool says (a line inserted in the helper, or a line run before the cell), and the
+call then runs. Each fix here moves every value that would fail next, not only the first."""
+
+from __future__ import annotations
+
+import linecache
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchdevmagic.emulate import _session  # noqa: E402
+
+
+@pytest.fixture
+def emu(shell: Any) -> Any:
+    shell.run_line_magic("emulate_cuda", "on")
+    yield shell
+    _session.stop()
+
+
+def _fails(shell: Any, setup: str, call: str, message: str) -> Any:
+    assert shell.run_cell(setup).error_in_exec is None
+    err = shell.run_cell("%%devcheck\n" + call).error_in_exec
+    assert type(err) is RuntimeError and str(err) == message, err
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d is not None and d.fix, d
+    return d
+
+
+def _edited(source: str, d: Any) -> str:
+    """``source`` with the fix put in at line ``d.fix_lineno``, indented like that line."""
+    lines = source.splitlines()
+    at = lines[d.fix_lineno - 1]
+    line = at[: len(at) - len(at.lstrip())] + d.fix
+    if d.fix_insert:
+        lines.insert(d.fix_lineno - 1, line)
+    else:
+        lines[d.fix_lineno - 1] = line
+    return "\n".join(lines) + "\n"
+
+
+# fiftyone's normalize_tensor, as voxel51/fiftyone#6594's review found it: mean and std
+# made on the default device, the image on the GPU.
+NORMALIZE = """import torch
+def normalize_tensor(img_t, mean, std):
+    mean_t = torch.tensor(mean, dtype=img_t.dtype)
+    std_t = torch.tensor(std, dtype=img_t.dtype)
+    return (img_t - mean_t.view(3, 1, 1)) / std_t.view(3, 1, 1)
+img = torch.rand(3, 8, 8, device="cuda")
+"""
+NORMALIZE_CALL = "normalized = normalize_tensor(img, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])"
+
+
+def test_two_tensors_made_in_a_helper_are_moved_by_one_inserted_line(emu: Any) -> None:
+    """Before: the fix rewrote mean_t's line alone, and the call then failed on std_t."""
+    d = _fails(
+        emu,
+        NORMALIZE,
+        NORMALIZE_CALL,
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu!",
+    )
+    assert [c.expression for c in d.culprits] == ["mean_t", "std_t"]
+    assert d.fix == "mean_t, std_t = mean_t.to(img_t.device), std_t.to(img_t.device)"
+    assert (d.fix_lineno, d.fix_insert) == (5, True)
+    assert d.fix_scope.startswith("normalize_tensor (")
+    assert emu.run_cell(_edited(NORMALIZE, d)).error_in_exec is None
+    assert emu.run_cell(NORMALIZE_CALL).error_in_exec is None
+    assert emu.user_ns["normalized"].device.type == "cuda"
+
+
+# The test() of the PyTorch quickstart as lmoroney/PyTorch-Book-FIles#2 has it, without the
+# quickstart's ``X, y = X.to(device), y.to(device)``: the model on the GPU, the batches of
+# the DataLoader on the CPU.
+TEST_LOOP = """import torch, torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+device = "cuda"
+model = nn.Linear(4, 2).to(device)
+loss_function = nn.CrossEntropyLoss()
+test_loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=4)
+def test(dataloader, model, loss_function):
+    model.eval()
+    test_loss, correct = 0, 0
+    with torch.no_grad():
+        for X, y in dataloader:
+            pred = model(X)
+            test_loss += loss_function(pred, y).item()
+            correct += (pred.argmax(1) == y).type(torch.float).sum().item()
+    return test_loss, correct
+"""
+
+
+def test_a_helpers_loop_batch_is_moved_whole_at_the_top_of_the_loop(emu: Any) -> None:
+    """Before: the fix wrapped X alone (``pred = model(X.to(...))``), and the next line
+    failed on y."""
+    d = _fails(
+        emu,
+        TEST_LOOP,
+        "result = test(test_loader, model, loss_function)",
+        "Expected all tensors to be on the same device, but got mat1 is on cpu, different "
+        "from other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)",
+    )
+    assert [c.expression for c in d.culprits] == ["X"]
+    dev = "next(model.parameters()).device"
+    assert d.fix == f"X, y = X.to({dev}), y.to({dev})"
+    assert (d.fix_lineno, d.fix_insert) == (12, True)
+    assert "X and y come from dataloader, on cpu" in d.notes
+    assert emu.run_cell(_edited(TEST_LOOP, d)).error_in_exec is None
+    assert emu.run_cell("result = test(test_loader, model, loss_function)").error_in_exec is None
+
+
+# schen149/sub-sentence-encoder#1: the inputs are an object of the user's own class holding a
+# tokenizer's dict and a mask, both left on the CPU, and the model indexes its embedding with
+# them inside forward.
+PROP_PAIR = """import torch, torch.nn as nn
+class PropPairModelInput:
+    def __init__(self, encoder_inputs, all_prop_mask):
+        self.encoder_inputs = encoder_inputs
+        self.all_prop_mask = all_prop_mask
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+    def forward(self, inputs):
+        h = self.emb(inputs.encoder_inputs["input_ids"])
+        return h * inputs.all_prop_mask[..., None]
+model = Encoder().to("cuda")
+sent1_inputs = PropPairModelInput({"input_ids": torch.tensor([[1, 2, 3]])}, torch.ones(1, 3))
+"""
+
+
+def test_an_input_objects_tensors_are_named_from_the_notebook_and_moved_together(
+    emu: Any,
+) -> None:
+    """Before: the fix named forward's ``inputs`` (a NameError in the notebook) and called
+    the tokenizer's dict "a plain dict inside a module"."""
+    d = _fails(
+        emu,
+        PROP_PAIR,
+        "out = model(sent1_inputs)",
+        "Expected all tensors to be on the same device, but got index is on cpu, different "
+        "from other tensors on cuda:0 (when checking argument in method "
+        "wrapper_CUDA__index_select)",
+    )
+    assert [c.expression for c in d.culprits] == ["sent1_inputs.encoder_inputs['input_ids']"]
+    assert d.fix_lineno is None  # run before the cell
+    assert d.fix == (
+        "sent1_inputs.encoder_inputs['input_ids'], sent1_inputs.all_prop_mask = "
+        "sent1_inputs.encoder_inputs['input_ids'].to(\"cuda:0\"), "
+        'sent1_inputs.all_prop_mask.to("cuda:0")'
+    )
+    assert not any("inside a module" in n for n in d.notes)
+    assert emu.run_cell(d.fix).error_in_exec is None
+    assert emu.run_cell("out = model(sent1_inputs)").error_in_exec is None
+
+
+# WongKinYiu/yolov7#1224 (the fix discussed in #1283): build_targets in the user's checkout
+# (utils/loss.py) makes from_which_layer from torch.ones without device=, and indexes it with
+# a mask made on the GPU.
+YOLO_LOSS = """import torch
+def build_targets(p, targets):
+    from_which_layer = []
+    all_b = []
+    for i, pi in enumerate(p):
+        b = (targets[:, 0] == i).nonzero()[:, 0]
+        all_b.append(b)
+        from_which_layer.append(torch.ones(size=(len(b),)) * i)
+    from_which_layer = torch.cat(from_which_layer, dim=0)
+    all_b = torch.cat(all_b, dim=0)
+    cost = torch.rand(2, all_b.shape[0], device=targets.device)
+    matching_matrix = torch.zeros_like(cost)
+    matching_matrix[:, ::2] = 1.0
+    fg_mask_inboxes = matching_matrix.sum(0) > 0.0
+    from_which_layer = from_which_layer[fg_mask_inboxes]
+    all_b = all_b[fg_mask_inboxes]
+    return from_which_layer, all_b
+"""
+YOLO_SETUP = """import torch
+from yolo_loss_1224 import build_targets
+device = torch.device("cuda")
+p = [torch.randn(2, 3, device=device) for _ in range(3)]
+targets = torch.tensor([[0, 1.0], [1, 2.0], [2, 0.0], [0, 3.0]]).to(device)
+"""
+
+
+def test_a_cpu_tensor_indexed_by_a_gpu_mask_in_a_helper_file(emu: Any, tmp_path: Path) -> None:
+    helper = tmp_path / "yolo_loss_1224.py"
+    helper.write_text(YOLO_LOSS)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        d = _fails(
+            emu,
+            YOLO_SETUP,
+            "layer, b = build_targets(p, targets)",
+            "indices should be either on cpu or on the same device as the indexed tensor (cpu)",
+        )
+        assert [c.expression for c in d.culprits] == ["from_which_layer"]
+        assert d.fix == "from_which_layer = from_which_layer.to(targets.device)[fg_mask_inboxes]"
+        assert Path(d.fix_file) == helper and (d.fix_lineno, d.fix_insert) == (15, False)
+        helper.write_text(_edited(YOLO_LOSS, d))
+        sys.modules.pop("yolo_loss_1224", None)
+        linecache.checkcache(str(helper))
+        assert emu.run_cell(YOLO_SETUP).error_in_exec is None
+        assert emu.run_cell("layer, b = build_targets(p, targets)").error_in_exec is None
+        assert emu.user_ns["layer"].device.type == "cuda"
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("yolo_loss_1224", None)

@@ -1,0 +1,180 @@
+"""Values a fix moves together: where moving the culprit alone fails next on another.
+
+- tensors of the cell, each made or bound on its own line (NJODE's ``tau`` and ``tdiff``);
+- locals of one function made off target (``mean_t`` and ``std_t``);
+- every tensor one ``for`` binds (``for x, y in loader``), in the cell or in a helper;
+- the other tensors of a tuple or list the culprit is passed in.
+
+In each case one line, inserted before the failing statement or run before the cell, moves
+them all.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Optional
+
+from torchdevmagic.diagnosis import culprits as cp
+from torchdevmagic.diagnosis import fixes as fx
+from torchdevmagic.diagnosis import frames as fm
+from torchdevmagic.diagnosis.culprits import Value, describe
+from torchdevmagic.diagnosis.fixes import Plan
+from torchdevmagic.safe import table_items
+from torchdevmagic.safe.objects import instance_attributes
+
+if TYPE_CHECKING:
+    from torchdevmagic.diagnosis.tracing import Tracer
+
+
+def joint_plan(tr: Tracer, culprits: list[Value], plans: list[Optional[Plan]]) -> Optional[Plan]:
+    """Tensors of the cell off target, each made or bound on its own line (NJODE's
+    ``tau`` and ``tdiff``): correcting the first line alone fails next on the second, so
+    one line inserted before the failing statement moves them all."""
+    if len(culprits) < 2 or all(p is not None and p.lineno is None for p in plans):
+        return None  # one culprit, or every fix runs before the cell: combined there
+    if not all(v.kind == "tensor" and v.expression.isidentifier() for v in culprits):
+        return None
+    homes = [tr.home(v) for v in culprits]
+    cell = homes[0]
+    if cell is None or not cell.is_cell or any(h is not cell for h in homes):
+        return function_joint_plan(tr, culprits, homes, plans)
+    names = [v.expression for v in culprits]
+    lhs, rhs = ", ".join(names), ", ".join(f"{n}.to({tr.cell_dev})" for n in names)
+    at = cell.stmt.lineno if cell.stmt is not None else cell.lineno
+    why = "; ".join(p.note for p in plans if p is not None and p.note)
+    return Plan(f"{lhs} = {rhs}", at, cell.frame.f_code.co_filename, insert=True, note=why)
+
+
+def function_joint_plan(
+    tr: Tracer, culprits: list[Value], homes: list[Any], plans: list[Optional[Plan]]
+) -> Optional[Plan]:
+    """Locals of one function off target (fiftyone's ``normalize_tensor`` makes ``mean_t``
+    and ``std_t`` without device=): one line inserted before the failing statement there
+    moves them all, where a fix of either creating line alone fails next on the other."""
+    fr = tr.frame_of(culprits[0])
+    if fr is None or fr.is_cell or fr.stmt is None:
+        return None
+    if any(tr.frame_of(v) is not fr or not v.local.isidentifier() for v in culprits):
+        return None
+    if any(h is not None and h is not fr for h in homes):
+        return None  # passed in from an outer frame: fixed where it was made
+    dev = tr.ref_device(fr, fr.lineno)
+    if dev is None:
+        return None
+    names = [v.local for v in culprits]
+    line = f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}"
+    plan = tr.in_function(fr, line, fr.stmt.lineno, ", ".join(names))
+    where = fm.function_name(fr.frame.f_code)
+    note = f"{' and '.join(names)} are made in {where} on {culprits[0].devices[0]}"
+    return replace(plan, insert=True, note=note)
+
+
+def siblings(tr: Tracer, v: Value, cell: Any) -> list[Value]:
+    """``train_step(model, (xb, yb))``: the other tensors of the tuple or list the culprit
+    is passed in, that are off target too (they fail next)."""
+    if cell.stmt is None:
+        return [v]
+    for node in ast.walk(cell.stmt):
+        if isinstance(node, (ast.Tuple, ast.List)) and isinstance(
+            getattr(node, "ctx", None), ast.Load
+        ):
+            texts = [ast.unparse(e) for e in node.elts]
+            if v.expression in texts:
+                group = [
+                    w
+                    for w in cell.values
+                    if w.local in texts
+                    and w.kind == "tensor"
+                    and not fx.on_device(w.devices, tr.target)
+                ]
+                return group or [v]
+    return [v]
+
+
+def loop_targets(tr: Tracer, cell: Any, scope: Any, loop: ast.AST, name: str) -> list[str]:
+    """The culprit and the other tensors the same ``for`` binds that are off target."""
+    for node in ast.walk(scope):
+        if isinstance(node, ast.For) and node.iter is loop:
+            names = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+            break
+    else:
+        return [name]
+    off = {
+        w.local
+        for w in cell.values
+        if w.kind == "tensor" and not fx.on_device(w.devices, tr.target)
+    }
+    return [n for n in names if n == name or (n in off or _off_in_ns(tr, cell, n))]
+
+
+def _off_in_ns(tr: Tracer, cell: Any, name: str) -> bool:
+    try:
+        value = cell.frame.f_locals.get(name)
+    except Exception:
+        return False
+    described = describe(value, name, cell.torch) if value is not None else None
+    return bool(
+        described and described.kind == "tensor" and not fx.on_device(described.devices, tr.target)
+    )
+
+
+def loop_plan(tr: Tracer, v: Value, fr: Any, loop: ast.AST) -> Optional[Plan]:
+    """``for x, y in loader`` in a helper, the batch left on the CPU: one line inserted
+    at the top of the failing statement moves every tensor the ``for`` binds that is off
+    target (moving ``x`` alone fails next on ``y``)."""
+    dev = tr.ref_device(fr, fr.lineno)
+    if dev is None or fr.stmt is None or not isinstance(fr.stmt, ast.stmt):
+        return None
+    names = loop_targets(tr, fr, fr.func, loop, v.local)
+    line = f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}"
+    plan = tr.in_function(fr, line, fr.stmt.lineno, v.local)
+    note = f"{' and '.join(names)} come from {ast.unparse(loop)}, on {v.devices[0]}"
+    return replace(plan, insert=True, note=note)
+
+
+MAX_HELD = 64  # attributes (and items of each dict attribute) of one object looked at
+
+
+def object_plan(tr: Tracer, v: Value) -> Optional[Plan]:
+    """``sent1_inputs.encoder_inputs["input_ids"]`` reached through a plain object of the
+    notebook (schen149/sub-sentence-encoder#1's ``PropPairModelInput``) that holds more
+    tensors off target (``all_prop_mask``): one line, run before the cell, moves them all.
+    The object's own ``.to()`` is the user's code, and may return None: not relied on."""
+    root = v.expression.split(".", 1)[0].split("[", 1)[0]
+    torch = tr.frames[0].torch if tr.frames else None
+    if root == v.expression or not root.isidentifier() or torch is None:
+        return None
+    space = tr.namespace
+    held = dict.get(space, root) if type(space) is dict else None
+    attributes = instance_attributes(held) if held is not None else None
+    if attributes is None or cp.is_module(held, torch) or describe(held, root, torch):
+        return None  # a module, tensor or container moves by its own fix
+    paths = [p for p in _held_tensors(root, attributes, torch) if _off(tr, p[1])]
+    names = [path for path, _ in paths]
+    if v.expression not in names or len(names) < 2:
+        return None
+    dev = tr.cell_dev
+    return Plan(f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}")
+
+
+def _held_tensors(root: str, attributes: dict[str, Any], torch: Any) -> list[tuple[str, Value]]:
+    """``root.name`` and ``root.name['key']`` (a plain dict's str keys) that are tensors."""
+    out: list[tuple[str, Value]] = []
+    for name, value in list(dict.items(attributes))[:MAX_HELD]:
+        if type(name) is not str or not name.isidentifier():
+            continue
+        path = f"{root}.{name}"
+        found = describe(value, path, torch)
+        if found is not None and found.kind == "tensor":
+            out.append((path, found))
+        elif type(value) is dict:
+            for key, item in table_items(value)[:MAX_HELD]:
+                found = describe(item, f"{path}[{key!r}]", torch) if type(key) is str else None
+                if found is not None and found.kind == "tensor":
+                    out.append((found.expression, found))
+    return out
+
+
+def _off(tr: Tracer, v: Value) -> bool:
+    return not fx.on_device(v.devices, tr.target)
