@@ -212,3 +212,43 @@ def test_a_cpu_tensor_indexed_by_a_gpu_mask_in_a_helper_file(emu: Any, tmp_path:
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("yolo_loss_1224", None)
+
+
+# pytorch/pytorch#122757: class weights left on the CPU in a loss "defined somewhere else
+# rather than just before calculating the loss". Two ways notebooks define it elsewhere: a
+# functools.partial of F.cross_entropy, and a lambda reading the notebook's weights.
+WEIGHTED = """import torch, functools
+import torch.nn.functional as F
+weights = torch.tensor([1.0, 2.0, 0.5])
+model_output = torch.randn(4, 3, device="cuda")
+labels = torch.tensor([0, 1, 2, 1], device="cuda")
+"""
+NLL_WEIGHT = (
+    "Expected all tensors to be on the same device, but got weight is on cpu, different from "
+    "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_nll_loss_forward)"
+)
+
+
+def test_a_partials_keyword_tensor_is_named_and_moved_where_the_call_reads_it(
+    emu: Any,
+) -> None:
+    """Before: no culprit and no fix (the partial's keywords were not looked at)."""
+    setup = WEIGHTED + "loss_fn = functools.partial(F.cross_entropy, weight=weights)\n"
+    d = _fails(emu, setup, "loss = loss_fn(model_output, labels)", NLL_WEIGHT)
+    assert [c.expression for c in d.culprits] == ["loss_fn.keywords['weight']"]
+    assert d.fix == "loss_fn.keywords['weight'] = loss_fn.keywords['weight'].to(\"cuda:0\")"
+    assert d.fix_lineno is None
+    assert emu.run_cell(d.fix).error_in_exec is None
+    assert emu.run_cell("loss = loss_fn(model_output, labels)").error_in_exec is None
+
+
+def test_a_global_read_in_a_lambda_is_the_culprit_and_moved_in_the_notebook(emu: Any) -> None:
+    """Before: the lambda's frame was read as the whole line defining it, and no culprit was
+    found."""
+    setup = WEIGHTED + "loss_fn = lambda out, y: F.cross_entropy(out, y, weight=weights)\n"
+    d = _fails(emu, setup, "loss = loss_fn(model_output, labels)", NLL_WEIGHT)
+    assert [c.expression for c in d.culprits] == ["weights"]
+    assert d.fix == 'weights = weights.to("cuda:0")'
+    assert d.fix_lineno is None
+    assert emu.run_cell(d.fix).error_in_exec is None
+    assert emu.run_cell("loss = loss_fn(model_output, labels)").error_in_exec is None

@@ -120,6 +120,8 @@ def _user_frames(
         code = f.f_code
         lines, tree = fm.parse_source(code.co_filename, f.f_globals)
         stmt = fm.statement_at(tree, lines, ln) if lines else None
+        if code.co_name == "<lambda>":
+            stmt = fm.lambda_body(tree, code) or stmt
         in_cell = fm.is_cell_file(code.co_filename, f.f_globals, namespace)
         is_cell = in_cell and fm.is_module_level(code)
         func = None if fm.is_module_level(code) else fm.enclosing_function(tree, ln)

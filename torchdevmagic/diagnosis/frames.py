@@ -215,6 +215,26 @@ def statement_at(tree: Optional[ast.Module], lines: list[str], lineno: int) -> O
     return _parse_line(line)
 
 
+def lambda_body(tree: Optional[ast.Module], code: Any) -> Optional[ast.stmt]:
+    """A lambda's body as the statement that failed (``Lambda(lambda x: x + pe)``: its
+    ``x + pe``, not the whole line that built the model): the one lambda of the source that
+    starts on the code's first line with the code's arguments; None when that is ambiguous."""
+    if tree is None:
+        return None
+    params = tuple(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+    found = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Lambda)
+        and node.lineno == code.co_firstlineno
+        and tuple(a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs))
+        == params
+    ]
+    if len(found) != 1:
+        return None
+    return ast.copy_location(ast.Expr(found[0].body), found[0].body)
+
+
 def _parse_line(line: str) -> Optional[ast.stmt]:
     for candidate in (line, line.rstrip(":"), line.rstrip("\\").rstrip(",")):
         try:

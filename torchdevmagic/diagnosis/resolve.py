@@ -5,6 +5,7 @@ calls, no properties, no ``__getattr__``, no ``repr``)."""
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
@@ -187,6 +188,31 @@ def values_in_statement(
         if described is not None and described.expression not in seen:
             seen.add(described.expression)
             out.append(replace(described, local=described.expression))
+        elif type(value) is functools.partial:
+            for v in partial_tensors(value, ast.unparse(node), resolver.torch):
+                if v.expression not in seen:
+                    seen.add(v.expression)
+                    out.append(replace(v, local=v.expression))
+    return out
+
+
+def partial_tensors(fn: functools.partial[Any], name: str, torch: Any) -> list[Value]:
+    """The tensors a ``functools.partial`` was given by keyword (``partial(F.cross_entropy,
+    weight=w)``), named ``criterion.keywords['weight']``: its ``keywords`` is the dict the
+    call reads, so assigning an item there changes what the next call gets. Read by the C
+    type's own getter (an exact partial only: a subclass may define a property)."""
+    try:
+        keywords = functools.partial.keywords.__get__(fn)
+    except Exception:
+        return []
+    if type(keywords) is not dict:
+        return []
+    out = []
+    for key, value in table_items(keywords)[:64]:
+        if type(key) is str and is_tensor(value, torch):
+            found = describe(value, f"{name}.keywords[{key!r}]", torch)
+            if found is not None:
+                out.append(found)
     return out
 
 

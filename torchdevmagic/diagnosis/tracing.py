@@ -131,8 +131,26 @@ class Tracer:
             # named from the notebook (a module attribute path, an input object's tensor)
             return together.object_plan(self, v) or Plan(self.move(v))
         if fr is not None and not fr.is_cell:
+            if self.notebook_global(v, fr):  # ``lambda x: x + pe``: pe moved in the notebook
+                return Plan(self.move(v))
             return self.function_plan(v, fr)
         return Plan(self.move(v)) if not v.expression.startswith("self.") else None
+
+    def notebook_global(self, v: Value, fr: Any) -> bool:
+        """``v`` is a global of the notebook that a function of it reads (not a local)."""
+        name = v.local
+        if (
+            not name.isidentifier()
+            or name != v.expression
+            or fr.frame.f_globals is not self.namespace
+        ):
+            return False
+        try:
+            local = name in fr.frame.f_locals
+        except Exception:
+            return False
+        held = dict.get(self.namespace, name) if type(self.namespace) is dict else None
+        return not local and id(held) == v.object_id
 
     def move(self, v: Value) -> str:
         return fx.move_fix(v, self.cell_dev)
