@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - the users' code keeps its own long lines
 """%%devcheck on device errors raised inside the user's own helpers, from real reports, on
 the emulated GPU: each cell fails with PyTorch's CUDA message, the printed fix is applied
 where the tool says (a line inserted in the helper, or a line run before the cell), and the
@@ -252,3 +253,102 @@ def test_a_global_read_in_a_lambda_is_the_culprit_and_moved_in_the_notebook(emu:
     assert d.fix_lineno is None
     assert emu.run_cell(d.fix).error_in_exec is None
     assert emu.run_cell("loss = loss_fn(model_output, labels)").error_in_exec is None
+
+
+# explainingai-code/DDPM-Pytorch#5: the LinearNoiseScheduler (a plain class) keeps its
+# tables on the CPU and add_noise indexes them with timesteps made on the GPU.
+DDPM = """import torch
+class LinearNoiseScheduler:
+    def __init__(self, num_timesteps, beta_start, beta_end):
+        self.num_timesteps = num_timesteps
+        self.betas = torch.linspace(beta_start, beta_end, num_timesteps)
+        self.alphas = 1. - self.betas
+        self.alpha_cum_prod = torch.cumprod(self.alphas, dim=0)
+        self.sqrt_alpha_cum_prod = torch.sqrt(self.alpha_cum_prod)
+        self.sqrt_one_minus_alpha_cum_prod = torch.sqrt(1 - self.alpha_cum_prod)
+    def add_noise(self, original, noise, t):
+        original_shape = original.shape
+        batch_size = original_shape[0]
+        sqrt_alpha_cum_prod = self.sqrt_alpha_cum_prod[t].reshape(batch_size)
+        sqrt_one_minus_alpha_cum_prod = self.sqrt_one_minus_alpha_cum_prod[t].reshape(batch_size)
+        for _ in range(len(original_shape) - 1):
+            sqrt_alpha_cum_prod = sqrt_alpha_cum_prod.unsqueeze(-1)
+        for _ in range(len(original_shape) - 1):
+            sqrt_one_minus_alpha_cum_prod = sqrt_one_minus_alpha_cum_prod.unsqueeze(-1)
+        return (sqrt_alpha_cum_prod.to(original.device) * original
+                + sqrt_one_minus_alpha_cum_prod.to(original.device) * noise)
+device = torch.device("cuda")
+scheduler = LinearNoiseScheduler(num_timesteps=1000, beta_start=0.0001, beta_end=0.02)
+im = torch.randn(4, 1, 8, 8, device=device)
+noise = torch.randn_like(im)
+t = torch.randint(0, 1000, (im.shape[0],)).to(device)
+"""
+INDEX_CPU = "indices should be either on cpu or on the same device as the indexed tensor (cpu)"
+
+
+def test_a_plain_schedulers_tables_are_named_from_the_notebook_and_all_moved(emu: Any) -> None:
+    """Before: the fix rewrote add_noise's first indexing line and the second failed; the
+    note said the table was made in add_noise."""
+    d = _fails(emu, DDPM, "noisy_im = scheduler.add_noise(im, noise, t)", INDEX_CPU)
+    assert [c.expression for c in d.culprits] == ["scheduler.sqrt_alpha_cum_prod"]
+    assert d.fix == (
+        "vars(scheduler).update({k: v.to(device) for k, v in vars(scheduler).items() "
+        "if torch.is_tensor(v)})"
+    )
+    assert d.fix_lineno is None and not any("made in" in n for n in d.notes)
+    assert emu.run_cell(d.fix).error_in_exec is None
+    assert emu.run_cell("noisy_im = scheduler.add_noise(im, noise, t)").error_in_exec is None
+
+
+# MStypulkowski/diffused-heads#7 (on Colab and Kaggle): Diffusion is an nn.Module whose
+# schedule tables are plain tensor attributes, so .to(device) leaves them all on the CPU, and
+# get_p_params indexes two of them with GPU timesteps on one line.
+DIFFUSED_HEADS = """import torch, torch.nn as nn
+class Diffusion(nn.Module):
+    def __init__(self, nn_backbone, device, n_timesteps=1000):
+        super(Diffusion, self).__init__()
+        self.nn_backbone = nn_backbone
+        self.n_timesteps = n_timesteps
+        self.device = device
+        self.timesteps = torch.arange(n_timesteps)
+        self.beta = torch.linspace(1e-4, 0.02, n_timesteps)
+        self.set_params()
+    def set_params(self):
+        self.alpha = 1 - self.beta
+        self.alpha_bar = torch.cumprod(self.alpha, dim=0)
+        self.beta_tilde = self.beta * torch.cat([torch.ones(1), 1 - self.alpha_bar[:-1]]) / (1 - self.alpha_bar)
+        self.log_beta_tilde_clipped = torch.log(torch.cat([self.beta_tilde[1:2], self.beta_tilde[1:]]))
+    def expand(self, arr, dim=4):
+        while arr.dim() < dim:
+            arr = arr[:, None]
+        return arr
+    def get_p_params(self, xt, timesteps, nn_out):
+        nu = nn_out
+        p_logvar = nu * self.expand(torch.log(self.beta[timesteps])) + (1 - nu) * self.expand(self.log_beta_tilde_clipped[timesteps])
+        return p_logvar
+device = "cuda"
+diffusion = Diffusion(nn.Conv2d(3, 6, 1), device).to(device)
+xt = torch.randn(2, 3, 8, 8, device=device)
+timesteps_ids = torch.tensor([10, 20], device=device)
+nn_out = torch.rand(2, 3, 8, 8, device=device)
+"""
+
+
+def test_many_plain_attributes_of_one_module_get_one_note_and_one_short_fix(emu: Any) -> None:
+    """Before: six notes, one per attribute, and a 290-character fix line."""
+    call = "p_logvar = diffusion.get_p_params(xt, timesteps_ids, nn_out)"
+    d = _fails(emu, DIFFUSED_HEADS, call, INDEX_CPU)
+    assert [c.expression for c in d.culprits][:2] == [
+        "diffusion.beta",
+        "diffusion.log_beta_tilde_clipped",
+    ]
+    assert d.notes == (
+        f"{len(d.culprits)} tensors of diffusion are plain attributes, so Module.to() does not "
+        "move them: in __init__ use self.register_buffer(name, ...) for each",
+    )
+    assert d.fix == (
+        "vars(diffusion).update({k: v.to(device) for k, v in vars(diffusion).items() "
+        "if torch.is_tensor(v)})"
+    )
+    assert emu.run_cell(d.fix).error_in_exec is None
+    assert emu.run_cell(call).error_in_exec is None

@@ -178,8 +178,8 @@ def _rooted(fr: _Frame, local: str) -> Optional[str]:
     """``inputs.encoder_inputs`` in a forward that got the notebook's ``sent1_inputs``: the
     path under the notebook's name, so a fix run in the notebook finds it."""
     root = local.split(".", 1)[0].split("[", 1)[0]
-    if fr.is_cell or fr.namespace is None or root in ("", "self", local):
-        return None
+    if fr.is_cell or fr.namespace is None or root in ("", local) or (root == "self" and fr.owner):
+        return None  # (a module's ``self`` is renamed by its owner's name)
     try:
         f_locals = fr.frame.f_locals
     except Exception:

@@ -5,7 +5,7 @@ every per-kind handler shares (the Ctx record, culprit rows)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Callable, Optional
 
@@ -127,15 +127,6 @@ def with_plan(fields: dict[str, Any], plan: Optional[Plan]) -> dict[str, Any]:
     return fields
 
 
-def _plain_attribute_fix(v: cp.Value, dev: str) -> Optional[str]:
-    """A tensor attribute Module.to() skips, registered as a buffer so it moves from now on
-    (``__dict__.pop`` first: register_buffer refuses a name that is already an attribute)."""
-    owner, dot, attr = v.expression.rpartition(".")
-    if not dot or not owner or not attr.isidentifier():
-        return None
-    return f"{owner}.register_buffer({attr!r}, {owner}.__dict__.pop({attr!r}).to({dev}))"
-
-
 def _moved_with(v: cp.Value, culprits: list[cp.Value]) -> bool:
     """A parameter or buffer of a module culprit: moving the module moves it."""
     return not v.plain_attribute and any(
@@ -151,10 +142,13 @@ def _mismatch_plan(culprits: list[cp.Value], tracer: Tracer, to_cpu: bool) -> Op
     if to_cpu:
         return tracer.to_cpu_plan(first)
     if len(culprits) == 1 and first.plain_attribute and not first.expression.startswith("self."):
-        fix = _plain_attribute_fix(first, tracer.cell_dev)
+        fix = together.plain_attribute_fix(first, tracer.cell_dev)
         return Plan(fix) if fix else tracer.plan(first)
     if len(culprits) == 1:
         return tracer.plan(first)
+    owner = together.one_owner(culprits)
+    if owner is not None:  # each tensor attribute moved in the module's instance dict
+        return Plan(fx.move_fix(replace(first, expression=owner, kind="object"), tracer.cell_dev))
     plans = [tracer.plan(v) for v in culprits]
     joint = together.joint_plan(tracer, culprits, plans)
     if joint is not None:
@@ -204,23 +198,6 @@ def _meta_model_plan(
         f"{e}.load_state_dict(...) after to_empty)"
     )
     return Plan(fix, note=why)
-
-
-def _plain_attribute_notes(culprits: list[cp.Value]) -> list[str]:
-    notes = []
-    for v in culprits:
-        if v.plain_attribute:
-            attr = v.expression.rsplit(".", 1)[-1]
-            notes.append(
-                f"{v.expression} is a plain tensor attribute, so Module.to() does not move it: "
-                f"in __init__ use self.register_buffer({attr!r}, ...)"
-            )
-        elif v.kind == "object":
-            notes.append(
-                f"{v.expression} is not a Module, so Module.to() does not move its tensors: "
-                f"keep them as buffers and build the {v.type_name} in forward"
-            )
-    return notes
 
 
 def _placed(v: cp.Value) -> str:
@@ -330,7 +307,7 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     if plan is not None and plan.culprit is not None:
         rows, culprits = [culprit_row(plan.culprit)], [plan.culprit]
     notes = [plan.note] if plan is not None and plan.note else []
-    notes += _plain_attribute_notes(culprits)
+    notes += together.plain_attribute_notes(culprits)
     summary = _mismatch_summary(match, rows, culprits, target, others, notes)
     shown = {v.object_id for v in culprits}  # a culprit under its inner name too
     if made_here:  # the outer frames' values did not reach the failing line

@@ -155,6 +155,9 @@ def object_plan(tr: Tracer, v: Value) -> Optional[Plan]:
     if v.expression not in names or len(names) < 2:
         return None
     dev = tr.cell_dev
+    if len(names) > 2 and all("[" not in n for n in names):
+        # A noise schedule's five tables: each tensor attribute moved in its instance dict.
+        return Plan(fx.move_fix(replace(v, expression=root, kind="object"), dev))
     return Plan(f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}")
 
 
@@ -178,3 +181,45 @@ def _held_tensors(root: str, attributes: dict[str, Any], torch: Any) -> list[tup
 
 def _off(tr: Tracer, v: Value) -> bool:
     return not fx.on_device(v.devices, tr.target)
+
+
+def plain_attribute_fix(v: Value, dev: str) -> Optional[str]:
+    """A tensor attribute Module.to() skips, registered as a buffer so it moves from now on
+    (``__dict__.pop`` first: register_buffer refuses a name that is already an attribute)."""
+    owner, dot, attr = v.expression.rpartition(".")
+    if not dot or not owner or not attr.isidentifier():
+        return None
+    return f"{owner}.register_buffer({attr!r}, {owner}.__dict__.pop({attr!r}).to({dev}))"
+
+
+def plain_attribute_notes(culprits: list[Value]) -> list[str]:
+    notes = []
+    owner = one_owner(culprits)
+    if owner is not None:  # many attributes of one module: one note for them all
+        return [
+            f"{len(culprits)} tensors of {owner} are plain attributes, so Module.to() does not "
+            "move them: in __init__ use self.register_buffer(name, ...) for each"
+        ]
+    for v in culprits:
+        if v.plain_attribute:
+            attr = v.expression.rsplit(".", 1)[-1]
+            notes.append(
+                f"{v.expression} is a plain tensor attribute, so Module.to() does not move it: "
+                f"in __init__ use self.register_buffer({attr!r}, ...)"
+            )
+        elif v.kind == "object":
+            notes.append(
+                f"{v.expression} is not a Module, so Module.to() does not move its tensors: "
+                f"keep them as buffers and build the {v.type_name} in forward"
+            )
+    return notes
+
+
+def one_owner(culprits: list[Value]) -> Optional[str]:
+    """The notebook's name of the one module whose plain tensor attributes the culprits all
+    are, when they are three or more (a diffusion model's noise schedule tables)."""
+    owners = {v.expression.rpartition(".")[0] for v in culprits if v.plain_attribute}
+    if len(culprits) < 3 or len(owners) != 1 or not all(v.plain_attribute for v in culprits):
+        return None
+    owner = owners.pop()
+    return owner if owner and not owner.startswith("self") else None
