@@ -4,11 +4,13 @@ device, no CUDA here, device-side asserts (out of memory: :mod:`.oom`)."""
 from __future__ import annotations
 
 import ast
+import sys
 import types
 from typing import Any, Optional
 
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
+from torchdevmagic.diagnosis import resolve as rs
 from torchdevmagic.diagnosis.mismatch import (
     Ctx,
     culprit_row,
@@ -214,8 +216,8 @@ _RUNTIME = (
         "forked subprocess",
         "CUDA had started in this process before it forked (DataLoader workers, "
         "multiprocessing): a forked child cannot use it",
-        "start the workers with the 'spawn' method (DataLoader(..., "
-        "multiprocessing_context='spawn')), or start CUDA only in them",
+        "to keep the workers, leave the Dataset and collate_fn on the CPU and move each batch "
+        "in the loop ('spawn' workers cannot import functions defined in a notebook)",
     ),
     (
         "STATUS_",
@@ -234,13 +236,32 @@ def cuda_runtime(c: Ctx) -> Diagnosis:
         if key in what:
             summary, note = words, hint
             break
+    fix = _workers_off(c) if "forked" in what else None
     return Diagnosis(
         summary=summary.format(gpus=_gpu_count(c.torch), what=what),
         culprits=(),
-        fix=None,
+        fix=fix,
         notes=(note,),
         **c.base,
     )
+
+
+def _workers_off(c: Ctx) -> Optional[str]:
+    """``loader.num_workers = 0`` for the DataLoader with workers the cell iterates: its
+    next iterator then runs in this process, where CUDA works. ``DataLoader.__setattr__``
+    refuses a few attributes after __init__; num_workers is not one of them."""
+    cell = c.frames[0] if c.frames else None
+    loader_class = getattr(sys.modules.get("torch.utils.data"), "DataLoader", None)
+    if cell is None or cell.stmt is None or cell.resolver is None or loader_class is None:
+        return None
+    for node in rs.references(cell.stmt):
+        value = cell.resolver.resolve(node)
+        if value is rs.MISSING or not cp.is_a(value, loader_class):
+            continue
+        workers = (cp._instance_dict(value) or {}).get("num_workers")
+        if type(workers) is int and workers > 0 and rs.is_reference(node):
+            return f"{ast.unparse(node)}.num_workers = 0"
+    return None
 
 
 def _gpu_count(torch: Any) -> str:

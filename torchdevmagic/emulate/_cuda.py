@@ -60,6 +60,16 @@ def invalid_ordinal() -> BaseException:
     return error
 
 
+def bad_fork() -> RuntimeError:
+    """What torch.cuda._lazy_init raises in a fork()ed child of a process that had CUDA
+    initialised (torch/cuda/__init__.py; the C++ fork handler marks the child): a DataLoader
+    worker that moves a batch to the GPU, under the default 'fork' start method."""
+    return RuntimeError(
+        "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+        "you must use the 'spawn' start method"
+    )
+
+
 @dataclass(frozen=True)
 class DeviceProperties:
     """What ``torch.cuda.get_device_properties`` answers for an emulated GPU."""
@@ -204,6 +214,8 @@ class CudaStandIns:
         self.devices.current = index
 
     def init(self) -> None:
+        if self.devices.forked:
+            raise bad_fork()
         self.initialized = True
 
     def is_initialized(self) -> bool:

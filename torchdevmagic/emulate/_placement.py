@@ -37,6 +37,7 @@ class Devices:
     def __init__(self, count: int) -> None:
         self.count = count
         self.current = 0
+        self.forked = False  # a fork()ed child of a process whose emulated CUDA was in use
 
     def resolve(self, device: Any) -> Optional[torch.device]:
         """``device`` as a ``cuda:N`` torch.device if it names the GPU, else ``None``."""
@@ -50,6 +51,10 @@ class Devices:
                 return None
             device = torch.device(device)
         if isinstance(device, torch.device) and device.type == "cuda":
+            if self.forked:
+                from torchdevmagic.emulate._cuda import bad_fork
+
+                raise bad_fork()
             return self._checked(self.current if device.index is None else device.index)
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -90,7 +91,27 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
         session.patcher.undo()
         raise
     _ACTIVE = session
+    _watch_forks()
     return session
+
+
+_WATCHING = False
+
+
+def _watch_forks() -> None:
+    """Poison the emulated CUDA of fork()ed children, as torch's C++ fork handler (set up at
+    the first CUDA init) poisons real CUDA: the child of a process that used the GPU cannot
+    use it. Registered once per process; it outlives sessions and checks the active one."""
+    global _WATCHING
+    if not _WATCHING and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forked_child)
+        _WATCHING = True
+
+
+def _forked_child() -> None:
+    session = _ACTIVE
+    if session is not None and session.cuda.is_initialized():
+        session.devices.forked = True
 
 
 def stop() -> None:

@@ -1,0 +1,106 @@
+# ruff: noqa: E501 - the users' code keeps its own long lines
+"""The emulated GPU in fork()ed children: poisoned, as torch's C++ fork handler poisons real
+CUDA once the parent has used it (``_lazy_init`` then raises "Cannot re-initialize CUDA in
+forked subprocess"), and usable when the parent never touched it. Before this, a DataLoader
+worker moving a batch to the emulated GPU handed back a CPU batch, and %%devcheck then blamed
+a device mismatch a GPU never shows."""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchdevmagic.emulate import _session, emulate_cuda  # noqa: E402
+
+BAD_FORK = (
+    "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you "
+    "must use the 'spawn' start method"
+)
+
+
+def _in_child(task: Any) -> str:
+    """Runs ``task`` in a fork()ed child; what it returned, or its error's text."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+
+    def run() -> None:
+        try:
+            child.send(str(task()))
+        except Exception as exc:
+            child.send(f"{type(exc).__name__}: {exc}")
+
+    proc = ctx.Process(target=run)
+    proc.start()
+    answer = parent.recv()
+    proc.join(30)
+    return str(answer)
+
+
+def test_a_child_forked_after_the_gpu_was_used_cannot_use_it() -> None:
+    with emulate_cuda():
+        torch.zeros(2, device="cuda")
+        assert torch.cuda.is_initialized()
+        assert _in_child(lambda: torch.ones(2, device="cuda").device) == f"RuntimeError: {BAD_FORK}"
+        assert _in_child(lambda: torch.ones(2).to("cuda").device) == f"RuntimeError: {BAD_FORK}"
+        assert _in_child(torch.cuda.current_device) == f"RuntimeError: {BAD_FORK}"
+        # What a poisoned child can still do on a GPU machine: count the GPUs, use the CPU.
+        assert _in_child(torch.cuda.device_count) == "1"
+        assert _in_child(lambda: torch.ones(2).sum().item()) == "2.0"
+        assert torch.zeros(1, device="cuda").device.type == "cuda"  # the parent still can
+
+
+def test_a_child_forked_before_any_gpu_use_can_use_it() -> None:
+    with emulate_cuda():
+        assert not torch.cuda.is_initialized()
+        assert _in_child(lambda: torch.ones(2, device="cuda").device) == "cuda:0"
+
+
+# Tongjilibo/bert4torch#149: "DataLoader fails when num_workers > 0": the collate_fn builds
+# each batch with device=device, and the model was moved to the GPU first.
+BERT4TORCH = """import torch, torch.nn as nn
+from torch.utils.data import DataLoader
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.Embedding(100, 8).to(device)
+train_data = [([1, 2, 3], [0, 1, 0]), ([4, 5, 6], [1, 0, 0])] * 4
+def collate_fn(batch):
+    batch_token_ids, batch_labels = [], []
+    for d in batch:
+        batch_token_ids.append(d[0])
+        batch_labels.append(d[1])
+    batch_token_ids = torch.tensor(batch_token_ids, dtype=torch.long, device=device)
+    batch_labels = torch.tensor(batch_labels, dtype=torch.long, device=device)
+    return batch_token_ids, batch_labels
+train_dataloader = DataLoader(train_data, batch_size=2, shuffle=True, collate_fn=collate_fn, num_workers=2)
+"""
+LOOP = "for token_ids, labels in train_dataloader:\n    logits = model(token_ids)"
+
+
+@pytest.fixture
+def emu(shell: Any) -> Any:
+    shell.run_line_magic("emulate_cuda", "on")
+    yield shell
+    _session.stop()
+
+
+# Python 3.12 warns when a process with threads forks (the shell's history thread runs): the
+# DataLoader's workers fork as they do in every Jupyter kernel.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_devcheck_on_a_collate_fn_that_moves_batches_in_forked_workers(emu: Any) -> None:
+    assert emu.run_cell(BERT4TORCH).error_in_exec is None
+    err = emu.run_cell("%%devcheck\n" + LOOP).error_in_exec
+    assert type(err) is RuntimeError
+    assert str(err).startswith("Caught RuntimeError in DataLoader worker process ")
+    assert str(err).rstrip().endswith(f"RuntimeError: {BAD_FORK}")
+    d = emu.run_line_magic("devcheck", "-o")
+    assert d.kind == "cuda_runtime"
+    assert d.fix == "train_dataloader.num_workers = 0"
+    assert any(
+        "'spawn' workers cannot import functions defined in a notebook" in n for n in d.notes
+    )
+    assert emu.run_cell(d.fix).error_in_exec is None
+    assert emu.run_cell(LOOP).error_in_exec is None
+    assert emu.user_ns["logits"].device.type == "cuda"
