@@ -16,6 +16,12 @@ torch = pytest.importorskip("torch")
 
 from torchdevmagic.emulate import _session, emulate_cuda  # noqa: E402
 
+# Python 3.12 warns when a process with threads forks (a shell's history thread runs): these
+# tests fork as DataLoader workers do in every Jupyter kernel.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:This process .* is multi-threaded:DeprecationWarning"
+)
+
 BAD_FORK = (
     "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you "
     "must use the 'spawn' start method"
@@ -86,9 +92,6 @@ def emu(shell: Any) -> Any:
     _session.stop()
 
 
-# Python 3.12 warns when a process with threads forks (the shell's history thread runs): the
-# DataLoader's workers fork as they do in every Jupyter kernel.
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_devcheck_on_a_collate_fn_that_moves_batches_in_forked_workers(emu: Any) -> None:
     assert emu.run_cell(BERT4TORCH).error_in_exec is None
     err = emu.run_cell("%%devcheck\n" + LOOP).error_in_exec
