@@ -352,3 +352,52 @@ def test_many_plain_attributes_of_one_module_get_one_note_and_one_short_fix(emu:
     )
     assert emu.run_cell(d.fix).error_in_exec is None
     assert emu.run_cell(call).error_in_exec is None
+
+
+# The BiLSTM-CRF of PyTorch's advanced NLP tutorial (pytorch/tutorials#95): init_hidden makes
+# the LSTM's state without device=, and _get_lstm_features sets self.hidden from it at each
+# call, so moving model.hidden from the notebook is undone by the next call.
+BILSTM_CRF = """import torch, torch.nn as nn
+class BiLSTM_CRF(nn.Module):
+    def __init__(self, vocab_size, embedding_dim, hidden_dim):
+        super(BiLSTM_CRF, self).__init__()
+        self.embedding_dim = embedding_dim
+        self.hidden_dim = hidden_dim
+        self.word_embeds = nn.Embedding(vocab_size, embedding_dim)
+        self.lstm = nn.LSTM(embedding_dim, hidden_dim // 2, num_layers=1, bidirectional=True)
+        self.hidden = self.init_hidden()
+    def init_hidden(self):
+        return (torch.randn(2, 1, self.hidden_dim // 2),
+                torch.randn(2, 1, self.hidden_dim // 2))
+    def _get_lstm_features(self, sentence):
+        self.hidden = self.init_hidden()
+        embeds = self.word_embeds(sentence).view(len(sentence), 1, -1)
+        lstm_out, self.hidden = self.lstm(embeds, self.hidden)
+        return lstm_out
+device = "cuda"
+model = BiLSTM_CRF(20, 5, 4).to(device)
+sentence_in = torch.tensor([1, 2, 3], device=device)
+"""
+
+
+def test_an_attribute_the_function_sets_again_is_moved_where_it_is_read(emu: Any) -> None:
+    """Before: the fix, run before the cell, moved model.hidden, and the call failed the same
+    way (line 14 makes it again on the CPU)."""
+    call = "feats = model._get_lstm_features(sentence_in)"
+    d = _fails(
+        emu,
+        BILSTM_CRF,
+        call,
+        "Input and hidden tensors are not at the same device, found input tensor at cuda:0 "
+        "and hidden tensor at cpu",
+    )
+    assert [c.expression for c in d.culprits] == ["model.hidden"]
+    assert d.fix == (
+        "lstm_out, self.hidden = self.lstm(embeds, tuple(t.to(sentence.device) for t in "
+        "self.hidden))"
+    )
+    assert (d.fix_lineno, d.fix_insert) == (16, False)
+    assert "line 14 sets self.hidden again at each call, off the device" in d.notes
+    assert emu.run_cell(_edited(BILSTM_CRF, d)).error_in_exec is None
+    assert emu.run_cell(call).error_in_exec is None
+    assert emu.user_ns["feats"].device.type == "cuda"

@@ -277,6 +277,21 @@ def assignments_before(scope: Optional[ast.AST], lineno: int, name: str) -> list
     return sorted(hits, key=lambda n: n.lineno)
 
 
+def attribute_set_before(scope: Optional[ast.AST], lineno: int, path: str) -> Optional[ast.stmt]:
+    """The last statement of ``scope`` before ``lineno`` that assigns the attribute path
+    ``path`` (``self.hidden = self.init_hidden()``), alone or in a tuple of targets."""
+    if scope is None or "." not in path:
+        return None
+    found: Optional[ast.stmt] = None
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and node.lineno < lineno:
+            targets = [t for target in node.targets for t in ast.walk(target)]
+            hit = any(isinstance(t, ast.Attribute) and ast.unparse(t) == path for t in targets)
+            if hit and (found is None or node.lineno > found.lineno):
+                found = node
+    return found
+
+
 def loop_over(scope: Optional[ast.AST], lineno: int, name: str) -> Optional[ast.AST]:
     """The iterable of the innermost ``for`` loop (statement or comprehension) around
     ``lineno`` whose target binds ``name``."""

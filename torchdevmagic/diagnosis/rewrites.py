@@ -142,6 +142,20 @@ def wrap_reference(stmt: ast.stmt, expression: str, suffix: str) -> Optional[str
     )
 
 
+def moved_reference(stmt: ast.stmt, value: Value, dev: str) -> Optional[str]:
+    """The statement with ``value``'s reference moved where it is read: ``x.to(dev)`` for a
+    tensor, ``tuple(t.to(dev) for t in x)`` for a tuple or list of tensors."""
+    e = value.local
+    if value.kind == "tensor":
+        return wrap_reference(stmt, e, f".to({dev})")
+    if value.kind != "container" or value.items != "tensor" or value.container == "dict":
+        return None
+    maker = "tuple" if value.container == "tuple" else "list"
+    moved = f"{maker}(t.to({dev}) for t in {e})"
+    line = wrap_reference(stmt, e, ".__moved__")  # mark each read, then put the move there
+    return line.replace(f"{e}.__moved__", moved) if line is not None else None
+
+
 def container_fix(path: str, value: Value, dev: str, torch_name: str = "torch") -> str:
     """A plain list/dict held by a module, moved whole and kept moved: modules become an
     ``nn.ModuleList``/``ModuleDict`` (registered, so ``.to()`` moves them from now on),

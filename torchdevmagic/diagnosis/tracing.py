@@ -127,6 +127,10 @@ class Tracer:
             if container is not None:
                 return container
             return self.function_plan(replace(v, local=v.expression), home)
+        if fr is not None and not fr.is_cell and v.local.startswith("self."):
+            reset = fm.attribute_set_before(fr.func, fr.lineno, v.local)
+            if reset is not None:  # ``self.hidden = self.init_hidden()`` first: moved here
+                return self.moved_where_read(v, fr, reset)
         if not v.expression.startswith("self.") and v.expression != v.local:
             # named from the notebook (a module attribute path, an input object's tensor)
             return together.object_plan(self, v) or Plan(self.move(v))
@@ -151,6 +155,18 @@ class Tracer:
             return False
         held = dict.get(self.namespace, name) if type(self.namespace) is dict else None
         return not local and id(held) == v.object_id
+
+    def moved_where_read(self, v: Value, fr: Any, reset: ast.stmt) -> Optional[Plan]:
+        """An attribute the function sets again before the failing line (the BiLSTM-CRF
+        tutorial's ``self.hidden = self.init_hidden()``): a move from the notebook would be
+        undone at the next call, so the failing line moves it where it is read."""
+        dev = self.ref_device(fr, fr.lineno)
+        line = rw.moved_reference(fr.stmt, v, dev) if dev and fr.stmt is not None else None
+        if line is None:
+            return None
+        plan = self.in_function(fr, line, fr.lineno, v.local)
+        note = f"line {reset.lineno} sets {v.local} again at each call, off the device"
+        return replace(plan, note=note)
 
     def move(self, v: Value) -> str:
         return fx.move_fix(v, self.cell_dev)
