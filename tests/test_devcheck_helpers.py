@@ -401,3 +401,34 @@ def test_an_attribute_the_function_sets_again_is_moved_where_it_is_read(emu: Any
     assert emu.run_cell(_edited(BILSTM_CRF, d)).error_in_exec is None
     assert emu.run_cell(call).error_in_exec is None
     assert emu.user_ns["feats"].device.type == "cuda"
+
+
+# torchvision's detection engine moves the targets with
+# ``targets = [{k: v.to(device) for k, v in t.items()} for t in targets]`` (vision#2502 asks
+# why it is needed): without that line, a loss over zip(outputs, targets) reads CPU boxes.
+BOX_LOSS = """import torch
+import torch.nn.functional as F
+device = "cuda"
+def box_loss(outputs, targets):
+    return sum(F.l1_loss(o, t["boxes"]) for o, t in zip(outputs, targets))
+targets = [{"boxes": torch.rand(4, 4), "labels": torch.tensor([1, 2, 1, 0])} for _ in range(2)]
+outputs = [torch.rand(4, 4, device=device) for _ in range(2)]
+"""
+
+
+def test_a_loop_variables_dict_is_no_modules_container(emu: Any) -> None:
+    """Before: the fix, ``t = {k: t.to(device) for k, t in t.items()}``, named the generator's
+    loop variable from the notebook (it changed nothing there), and the note called ``t`` a
+    plain dict inside a module."""
+    d = _fails(
+        emu,
+        BOX_LOSS,
+        "loss = box_loss(outputs, targets)",
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu!",
+    )
+    assert [c.expression for c in d.culprits] == ["t['boxes']"]
+    assert not any("inside a module" in n for n in d.notes)
+    assert d.fix_lineno == 5 and "t['boxes'].to(device)" in d.fix
+    assert emu.run_cell(_edited(BOX_LOSS, d)).error_in_exec is None
+    assert emu.run_cell("loss = box_loss(outputs, targets)").error_in_exec is None

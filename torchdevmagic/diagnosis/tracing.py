@@ -277,6 +277,8 @@ class Tracer:
                 if holder is None or holder.kind != "module":
                     continue  # a dict of the user's own object: no module to register it in
             found = owner.describe(node)
+            if isinstance(node, ast.Name) and found is not None and "." not in found.expression:
+                continue  # a local dict or list (``t`` of ``zip(outputs, targets)``): no module's
             if found is not None and found.kind == "container":
                 return found.expression, found
         return "", None
