@@ -162,6 +162,16 @@ def emu() -> Any:
 
 
 @pytest.fixture
+def emu_shell(shell: Any) -> Any:
+    """The real shell with ``%emulate_cuda on`` (one emulated GPU), stopped afterwards."""
+    from torchdevmagic.emulate import stop
+
+    shell.run_line_magic("emulate_cuda", "on")
+    yield shell
+    stop()
+
+
+@pytest.fixture
 def emulation_never_left_on() -> Any:
     """The emulation stopped after the test: a failing one must not leave it on for the
     next ones (the emulation files use it for every test, through ``pytestmark``)."""

@@ -15,15 +15,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torchdevmagic.emulate import _session  # noqa: E402
-
-
-@pytest.fixture
-def emu(shell: Any) -> Any:
-    shell.run_line_magic("emulate_cuda", "on")
-    yield shell
-    _session.stop()
-
 
 def _fails(shell: Any, setup: str, call: str, message: str) -> Any:
     assert shell.run_cell(setup).error_in_exec is None
@@ -58,10 +49,10 @@ img = torch.rand(3, 8, 8, device="cuda")
 NORMALIZE_CALL = "normalized = normalize_tensor(img, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])"
 
 
-def test_two_tensors_made_in_a_helper_are_moved_by_one_inserted_line(emu: Any) -> None:
+def test_two_tensors_made_in_a_helper_are_moved_by_one_inserted_line(emu_shell: Any) -> None:
     """Before: the fix rewrote mean_t's line alone, and the call then failed on std_t."""
     d = _fails(
-        emu,
+        emu_shell,
         NORMALIZE,
         NORMALIZE_CALL,
         "Expected all tensors to be on the same device, but found at least two devices, "
@@ -71,9 +62,9 @@ def test_two_tensors_made_in_a_helper_are_moved_by_one_inserted_line(emu: Any) -
     assert d.fix == "mean_t, std_t = mean_t.to(img_t.device), std_t.to(img_t.device)"
     assert (d.fix_lineno, d.fix_insert) == (5, True)
     assert d.fix_scope.startswith("normalize_tensor (")
-    assert emu.run_cell(_edited(NORMALIZE, d)).error_in_exec is None
-    assert emu.run_cell(NORMALIZE_CALL).error_in_exec is None
-    assert emu.user_ns["normalized"].device.type == "cuda"
+    assert emu_shell.run_cell(_edited(NORMALIZE, d)).error_in_exec is None
+    assert emu_shell.run_cell(NORMALIZE_CALL).error_in_exec is None
+    assert emu_shell.user_ns["normalized"].device.type == "cuda"
 
 
 # The test() of the PyTorch quickstart as lmoroney/PyTorch-Book-FIles#2 has it, without the
@@ -97,11 +88,11 @@ def test(dataloader, model, loss_function):
 """
 
 
-def test_a_helpers_loop_batch_is_moved_whole_at_the_top_of_the_loop(emu: Any) -> None:
+def test_a_helpers_loop_batch_is_moved_whole_at_the_top_of_the_loop(emu_shell: Any) -> None:
     """Before: the fix wrapped X alone (``pred = model(X.to(...))``), and the next line
     failed on y."""
     d = _fails(
-        emu,
+        emu_shell,
         TEST_LOOP,
         "result = test(test_loader, model, loss_function)",
         "Expected all tensors to be on the same device, but got mat1 is on cpu, different "
@@ -112,8 +103,10 @@ def test_a_helpers_loop_batch_is_moved_whole_at_the_top_of_the_loop(emu: Any) ->
     assert d.fix == f"X, y = X.to({dev}), y.to({dev})"
     assert (d.fix_lineno, d.fix_insert) == (12, True)
     assert "X and y come from dataloader, on cpu" in d.notes
-    assert emu.run_cell(_edited(TEST_LOOP, d)).error_in_exec is None
-    assert emu.run_cell("result = test(test_loader, model, loss_function)").error_in_exec is None
+    assert emu_shell.run_cell(_edited(TEST_LOOP, d)).error_in_exec is None
+    assert (
+        emu_shell.run_cell("result = test(test_loader, model, loss_function)").error_in_exec is None
+    )
 
 
 # schen149/sub-sentence-encoder#1: the inputs are an object of the user's own class holding a
@@ -137,12 +130,12 @@ sent1_inputs = PropPairModelInput({"input_ids": torch.tensor([[1, 2, 3]])}, torc
 
 
 def test_an_input_objects_tensors_are_named_from_the_notebook_and_moved_together(
-    emu: Any,
+    emu_shell: Any,
 ) -> None:
     """Before: the fix named forward's ``inputs`` (a NameError in the notebook) and called
     the tokenizer's dict "a plain dict inside a module"."""
     d = _fails(
-        emu,
+        emu_shell,
         PROP_PAIR,
         "out = model(sent1_inputs)",
         "Expected all tensors to be on the same device, but got index is on cpu, different "
@@ -157,8 +150,8 @@ def test_an_input_objects_tensors_are_named_from_the_notebook_and_moved_together
         'sent1_inputs.all_prop_mask.to("cuda:0")'
     )
     assert not any("inside a module" in n for n in d.notes)
-    assert emu.run_cell(d.fix).error_in_exec is None
-    assert emu.run_cell("out = model(sent1_inputs)").error_in_exec is None
+    assert emu_shell.run_cell(d.fix).error_in_exec is None
+    assert emu_shell.run_cell("out = model(sent1_inputs)").error_in_exec is None
 
 
 # WongKinYiu/yolov7#1224 (the fix discussed in #1283): build_targets in the user's checkout
@@ -190,13 +183,15 @@ targets = torch.tensor([[0, 1.0], [1, 2.0], [2, 0.0], [0, 3.0]]).to(device)
 """
 
 
-def test_a_cpu_tensor_indexed_by_a_gpu_mask_in_a_helper_file(emu: Any, tmp_path: Path) -> None:
+def test_a_cpu_tensor_indexed_by_a_gpu_mask_in_a_helper_file(
+    emu_shell: Any, tmp_path: Path
+) -> None:
     helper = tmp_path / "yolo_loss_1224.py"
     helper.write_text(YOLO_LOSS)
     sys.path.insert(0, str(tmp_path))
     try:
         d = _fails(
-            emu,
+            emu_shell,
             YOLO_SETUP,
             "layer, b = build_targets(p, targets)",
             "indices should be either on cpu or on the same device as the indexed tensor (cpu)",
@@ -207,9 +202,9 @@ def test_a_cpu_tensor_indexed_by_a_gpu_mask_in_a_helper_file(emu: Any, tmp_path:
         helper.write_text(_edited(YOLO_LOSS, d))
         sys.modules.pop("yolo_loss_1224", None)
         linecache.checkcache(str(helper))
-        assert emu.run_cell(YOLO_SETUP).error_in_exec is None
-        assert emu.run_cell("layer, b = build_targets(p, targets)").error_in_exec is None
-        assert emu.user_ns["layer"].device.type == "cuda"
+        assert emu_shell.run_cell(YOLO_SETUP).error_in_exec is None
+        assert emu_shell.run_cell("layer, b = build_targets(p, targets)").error_in_exec is None
+        assert emu_shell.user_ns["layer"].device.type == "cuda"
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("yolo_loss_1224", None)
@@ -230,29 +225,33 @@ NLL_WEIGHT = (
 )
 
 
-def test_a_partials_keyword_tensor_is_named_and_moved_where_the_call_reads_it(
-    emu: Any,
+@pytest.mark.parametrize(
+    ("defined", "culprit", "fix"),
+    [
+        # Before: no culprit and no fix (the partial's keywords were not looked at).
+        (
+            "loss_fn = functools.partial(F.cross_entropy, weight=weights)",
+            "loss_fn.keywords['weight']",
+            "loss_fn.keywords['weight'] = loss_fn.keywords['weight'].to(\"cuda:0\")",
+        ),
+        # Before: the lambda's frame was read as the whole line defining it: no culprit.
+        (
+            "loss_fn = lambda out, y: F.cross_entropy(out, y, weight=weights)",
+            "weights",
+            'weights = weights.to("cuda:0")',
+        ),
+    ],
+    ids=["partial_keyword", "lambda_global"],
+)
+def test_a_loss_defined_elsewhere_names_the_weight_where_the_call_reads_it(
+    emu_shell: Any, defined: str, culprit: str, fix: str
 ) -> None:
-    """Before: no culprit and no fix (the partial's keywords were not looked at)."""
-    setup = WEIGHTED + "loss_fn = functools.partial(F.cross_entropy, weight=weights)\n"
-    d = _fails(emu, setup, "loss = loss_fn(model_output, labels)", NLL_WEIGHT)
-    assert [c.expression for c in d.culprits] == ["loss_fn.keywords['weight']"]
-    assert d.fix == "loss_fn.keywords['weight'] = loss_fn.keywords['weight'].to(\"cuda:0\")"
-    assert d.fix_lineno is None
-    assert emu.run_cell(d.fix).error_in_exec is None
-    assert emu.run_cell("loss = loss_fn(model_output, labels)").error_in_exec is None
-
-
-def test_a_global_read_in_a_lambda_is_the_culprit_and_moved_in_the_notebook(emu: Any) -> None:
-    """Before: the lambda's frame was read as the whole line defining it, and no culprit was
-    found."""
-    setup = WEIGHTED + "loss_fn = lambda out, y: F.cross_entropy(out, y, weight=weights)\n"
-    d = _fails(emu, setup, "loss = loss_fn(model_output, labels)", NLL_WEIGHT)
-    assert [c.expression for c in d.culprits] == ["weights"]
-    assert d.fix == 'weights = weights.to("cuda:0")'
-    assert d.fix_lineno is None
-    assert emu.run_cell(d.fix).error_in_exec is None
-    assert emu.run_cell("loss = loss_fn(model_output, labels)").error_in_exec is None
+    call = "loss = loss_fn(model_output, labels)"
+    d = _fails(emu_shell, WEIGHTED + defined + "\n", call, NLL_WEIGHT)
+    assert [c.expression for c in d.culprits] == [culprit]
+    assert d.fix == fix and d.fix_lineno is None  # run before the cell
+    assert emu_shell.run_cell(d.fix).error_in_exec is None
+    assert emu_shell.run_cell(call).error_in_exec is None
 
 
 # explainingai-code/DDPM-Pytorch#5: the LinearNoiseScheduler (a plain class) keeps its
@@ -286,18 +285,20 @@ t = torch.randint(0, 1000, (im.shape[0],)).to(device)
 INDEX_CPU = "indices should be either on cpu or on the same device as the indexed tensor (cpu)"
 
 
-def test_a_plain_schedulers_tables_are_named_from_the_notebook_and_all_moved(emu: Any) -> None:
+def test_a_plain_schedulers_tables_are_named_from_the_notebook_and_all_moved(
+    emu_shell: Any,
+) -> None:
     """Before: the fix rewrote add_noise's first indexing line and the second failed; the
     note said the table was made in add_noise."""
-    d = _fails(emu, DDPM, "noisy_im = scheduler.add_noise(im, noise, t)", INDEX_CPU)
+    d = _fails(emu_shell, DDPM, "noisy_im = scheduler.add_noise(im, noise, t)", INDEX_CPU)
     assert [c.expression for c in d.culprits] == ["scheduler.sqrt_alpha_cum_prod"]
     assert d.fix == (
         "vars(scheduler).update({k: v.to(device) for k, v in vars(scheduler).items() "
         "if torch.is_tensor(v)})"
     )
     assert d.fix_lineno is None and not any("made in" in n for n in d.notes)
-    assert emu.run_cell(d.fix).error_in_exec is None
-    assert emu.run_cell("noisy_im = scheduler.add_noise(im, noise, t)").error_in_exec is None
+    assert emu_shell.run_cell(d.fix).error_in_exec is None
+    assert emu_shell.run_cell("noisy_im = scheduler.add_noise(im, noise, t)").error_in_exec is None
 
 
 # MStypulkowski/diffused-heads#7 (on Colab and Kaggle): Diffusion is an nn.Module whose
@@ -334,10 +335,10 @@ nn_out = torch.rand(2, 3, 8, 8, device=device)
 """
 
 
-def test_many_plain_attributes_of_one_module_get_one_note_and_one_short_fix(emu: Any) -> None:
+def test_many_plain_attributes_of_one_module_get_one_note_and_one_short_fix(emu_shell: Any) -> None:
     """Before: six notes, one per attribute, and a 290-character fix line."""
     call = "p_logvar = diffusion.get_p_params(xt, timesteps_ids, nn_out)"
-    d = _fails(emu, DIFFUSED_HEADS, call, INDEX_CPU)
+    d = _fails(emu_shell, DIFFUSED_HEADS, call, INDEX_CPU)
     assert [c.expression for c in d.culprits][:2] == [
         "diffusion.beta",
         "diffusion.log_beta_tilde_clipped",
@@ -350,8 +351,8 @@ def test_many_plain_attributes_of_one_module_get_one_note_and_one_short_fix(emu:
         "vars(diffusion).update({k: v.to(device) for k, v in vars(diffusion).items() "
         "if torch.is_tensor(v)})"
     )
-    assert emu.run_cell(d.fix).error_in_exec is None
-    assert emu.run_cell(call).error_in_exec is None
+    assert emu_shell.run_cell(d.fix).error_in_exec is None
+    assert emu_shell.run_cell(call).error_in_exec is None
 
 
 # The BiLSTM-CRF of PyTorch's advanced NLP tutorial (pytorch/tutorials#95): init_hidden makes
@@ -380,12 +381,12 @@ sentence_in = torch.tensor([1, 2, 3], device=device)
 """
 
 
-def test_an_attribute_the_function_sets_again_is_moved_where_it_is_read(emu: Any) -> None:
+def test_an_attribute_the_function_sets_again_is_moved_where_it_is_read(emu_shell: Any) -> None:
     """Before: the fix, run before the cell, moved model.hidden, and the call failed the same
     way (line 14 makes it again on the CPU)."""
     call = "feats = model._get_lstm_features(sentence_in)"
     d = _fails(
-        emu,
+        emu_shell,
         BILSTM_CRF,
         call,
         "Input and hidden tensors are not at the same device, found input tensor at cuda:0 "
@@ -398,9 +399,9 @@ def test_an_attribute_the_function_sets_again_is_moved_where_it_is_read(emu: Any
     )
     assert (d.fix_lineno, d.fix_insert) == (16, False)
     assert "line 14 sets self.hidden again at each call, off the device" in d.notes
-    assert emu.run_cell(_edited(BILSTM_CRF, d)).error_in_exec is None
-    assert emu.run_cell(call).error_in_exec is None
-    assert emu.user_ns["feats"].device.type == "cuda"
+    assert emu_shell.run_cell(_edited(BILSTM_CRF, d)).error_in_exec is None
+    assert emu_shell.run_cell(call).error_in_exec is None
+    assert emu_shell.user_ns["feats"].device.type == "cuda"
 
 
 # torchvision's detection engine moves the targets with
@@ -416,12 +417,12 @@ outputs = [torch.rand(4, 4, device=device) for _ in range(2)]
 """
 
 
-def test_a_loop_variables_dict_is_no_modules_container(emu: Any) -> None:
+def test_a_loop_variables_dict_is_no_modules_container(emu_shell: Any) -> None:
     """Before: the fix, ``t = {k: t.to(device) for k, t in t.items()}``, named the generator's
     loop variable from the notebook (it changed nothing there), and the note called ``t`` a
     plain dict inside a module."""
     d = _fails(
-        emu,
+        emu_shell,
         BOX_LOSS,
         "loss = box_loss(outputs, targets)",
         "Expected all tensors to be on the same device, but found at least two devices, "
@@ -430,5 +431,5 @@ def test_a_loop_variables_dict_is_no_modules_container(emu: Any) -> None:
     assert [c.expression for c in d.culprits] == ["t['boxes']"]
     assert not any("inside a module" in n for n in d.notes)
     assert d.fix_lineno == 5 and "t['boxes'].to(device)" in d.fix
-    assert emu.run_cell(_edited(BOX_LOSS, d)).error_in_exec is None
-    assert emu.run_cell("loss = box_loss(outputs, targets)").error_in_exec is None
+    assert emu_shell.run_cell(_edited(BOX_LOSS, d)).error_in_exec is None
+    assert emu_shell.run_cell("loss = box_loss(outputs, targets)").error_in_exec is None

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torchdevmagic.emulate import _session, emulate_cuda  # noqa: E402
+from torchdevmagic.emulate import emulate_cuda  # noqa: E402
 
 # Python 3.12 warns when a process with threads forks (a shell's history thread runs): these
 # tests fork as DataLoader workers do in every Jupyter kernel.
@@ -85,25 +85,18 @@ train_dataloader = DataLoader(train_data, batch_size=2, shuffle=True, collate_fn
 LOOP = "for token_ids, labels in train_dataloader:\n    logits = model(token_ids)"
 
 
-@pytest.fixture
-def emu(shell: Any) -> Any:
-    shell.run_line_magic("emulate_cuda", "on")
-    yield shell
-    _session.stop()
-
-
-def test_devcheck_on_a_collate_fn_that_moves_batches_in_forked_workers(emu: Any) -> None:
-    assert emu.run_cell(BERT4TORCH).error_in_exec is None
-    err = emu.run_cell("%%devcheck\n" + LOOP).error_in_exec
+def test_devcheck_on_a_collate_fn_that_moves_batches_in_forked_workers(emu_shell: Any) -> None:
+    assert emu_shell.run_cell(BERT4TORCH).error_in_exec is None
+    err = emu_shell.run_cell("%%devcheck\n" + LOOP).error_in_exec
     assert type(err) is RuntimeError
     assert str(err).startswith("Caught RuntimeError in DataLoader worker process ")
     assert str(err).rstrip().endswith(f"RuntimeError: {BAD_FORK}")
-    d = emu.run_line_magic("devcheck", "-o")
+    d = emu_shell.run_line_magic("devcheck", "-o")
     assert d.kind == "cuda_runtime"
     assert d.fix == "train_dataloader.num_workers = 0"
     assert any(
         "'spawn' workers cannot import functions defined in a notebook" in n for n in d.notes
     )
-    assert emu.run_cell(d.fix).error_in_exec is None
-    assert emu.run_cell(LOOP).error_in_exec is None
-    assert emu.user_ns["logits"].device.type == "cuda"
+    assert emu_shell.run_cell(d.fix).error_in_exec is None
+    assert emu_shell.run_cell(LOOP).error_in_exec is None
+    assert emu_shell.user_ns["logits"].device.type == "cuda"
