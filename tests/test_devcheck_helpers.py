@@ -430,6 +430,63 @@ def test_a_loop_variables_dict_is_no_modules_container(emu_shell: Any) -> None:
     )
     assert [c.expression for c in d.culprits] == ["t['boxes']"]
     assert not any("inside a module" in n for n in d.notes)
-    assert d.fix_lineno == 5 and "t['boxes'].to(device)" in d.fix
+    assert d.fix_lineno == 5 and "t['boxes'].to(o.device)" in d.fix  # o: the loop's GPU tensor
     assert emu_shell.run_cell(_edited(BOX_LOSS, d)).error_in_exec is None
     assert emu_shell.run_cell("loss = box_loss(outputs, targets)").error_in_exec is None
+
+
+# A detection head's anchors kept as a plain list of tensors, which Module.to() skips
+# (Bobo-y/flexible-yolov5#111: "model.detection.grid and model.detection.anchor_grid are
+# still in CPU"), read here through zip in a loss module that has no parameters of its own.
+YOLO_LOSS_ANCHORS = """import torch, torch.nn as nn
+class YoloLoss(nn.Module):
+    def __init__(self, anchors):
+        super().__init__()
+        self.anchors = [torch.tensor(a, dtype=torch.float32) for a in anchors]
+    def forward(self, preds):
+        loss = 0
+        for pred, anchor in zip(preds, self.anchors):
+            loss = loss + ((pred[..., 2:4] - anchor) ** 2).mean()
+        return loss
+device = "cuda"
+criterion = YoloLoss([[10, 13], [16, 30]]).to(device)
+preds = [torch.rand(2, 3, 4, device=device) for _ in range(2)]
+"""
+
+
+def test_a_zip_of_a_modules_plain_list_moves_the_list(emu_shell: Any) -> None:
+    """Before: the fix wrapped ``anchor`` in ``.to(next(self.parameters()).device)``, which
+    raises StopIteration in a module without parameters."""
+    d = _fails(
+        emu_shell,
+        YOLO_LOSS_ANCHORS,
+        "loss = criterion(preds)",
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu!",
+    )
+    assert [c.expression for c in d.culprits] == ["criterion.anchors"]
+    assert d.fix == "criterion.anchors = [t.to(device) for t in criterion.anchors]"
+    assert any("plain list inside a module" in n for n in d.notes)
+    assert emu_shell.run_cell(d.fix).error_in_exec is None
+    assert emu_shell.run_cell("loss = criterion(preds)").error_in_exec is None
+
+
+def test_a_helper_fix_takes_its_device_from_a_loop_tensor(emu_shell: Any) -> None:
+    """The anchors passed in (no list of the module's to move): the inserted move takes the
+    device of the loop's other tensor, not ``next(self.parameters())`` of a module that has
+    no parameter (StopIteration before)."""
+    setup = YOLO_LOSS_ANCHORS.replace("zip(preds, self.anchors)", "zip(preds, anchors)")
+    setup = setup.replace("def forward(self, preds):", "def forward(self, preds, anchors):")
+    setup += "anchors = [torch.tensor([10.0, 13.0]), torch.tensor([16.0, 30.0])]\n"
+    call = "loss = criterion(preds, anchors)"
+    d = _fails(
+        emu_shell,
+        setup,
+        call,
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu!",
+    )
+    assert d.fix == "anchor = anchor.to(pred.device)" and d.fix_insert
+    assert "anchor comes from zip(preds, anchors), on cpu" in d.notes
+    assert emu_shell.run_cell(_edited(setup, d)).error_in_exec is None
+    assert emu_shell.run_cell(call).error_in_exec is None

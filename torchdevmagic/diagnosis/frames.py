@@ -10,7 +10,7 @@ import os
 import re
 import sys
 import sysconfig
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import FrameType, TracebackType
 from typing import Any, Callable, Optional, Union
 
@@ -215,6 +215,9 @@ def statement_at(tree: Optional[ast.Module], lines: list[str], lineno: int) -> O
     return _parse_line(line)
 
 
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
 def lambda_body(tree: Optional[ast.Module], code: Any) -> Optional[ast.stmt]:
     """A lambda's body as the statement that failed (``Lambda(lambda x: x + pe)``: its
     ``x + pe``, not the whole line that built the model): the one lambda of the source that
@@ -292,24 +295,55 @@ def attribute_set_before(scope: Optional[ast.AST], lineno: int, path: str) -> Op
     return found
 
 
+def _loops(scope: ast.AST, lineno: int) -> Iterator[tuple[ast.AST, ast.AST]]:
+    """(target, iterable) of every ``for`` statement or comprehension around ``lineno``."""
+    for node in ast.walk(scope):
+        if isinstance(node, ast.For) and node.lineno <= lineno <= (node.end_lineno or 0):
+            yield node.target, node.iter
+        elif isinstance(node, _COMPREHENSIONS) and (
+            node.lineno <= lineno <= (node.end_lineno or node.lineno)
+        ):
+            for g in node.generators:
+                yield g.target, g.iter
+
+
 def loop_over(scope: Optional[ast.AST], lineno: int, name: str) -> Optional[ast.AST]:
     """The iterable of the innermost ``for`` loop (statement or comprehension) around
     ``lineno`` whose target binds ``name``."""
-    if scope is None:
-        return None
     found: Optional[ast.AST] = None
-    for node in ast.walk(scope):
-        gens: list[tuple[ast.AST, ast.AST]] = []
-        if isinstance(node, ast.For) and node.lineno <= lineno <= (node.end_lineno or 0):
-            gens = [(node.target, node.iter)]
-        elif isinstance(
-            node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
-        ) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
-            gens = [(g.target, g.iter) for g in node.generators]
-        for target, iterable in gens:
-            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
-                found = iterable
+    for target, iterable in _loops(scope, lineno) if scope is not None else ():
+        if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target)):
+            found = iterable
     return found
+
+
+def loop_source(scope: Optional[ast.AST], lineno: int, name: str) -> Optional[ast.AST]:
+    """What the ``for`` around ``lineno`` takes ``name`` from: its iterable, or through
+    ``zip(a, b)`` and ``enumerate(a)`` with a tuple target, the one argument that yields
+    ``name`` (``for pred, anchor in zip(preds, self.anchors)``: ``self.anchors``)."""
+    found: Optional[ast.AST] = None
+    for target, iterable in _loops(scope, lineno) if scope is not None else ():
+        if isinstance(target, ast.Name) and target.id == name:
+            found = iterable
+        elif isinstance(target, ast.Tuple):
+            found = _tuple_source(target, iterable, name) or found
+    return found
+
+
+def _tuple_source(target: ast.Tuple, iterable: ast.AST, name: str) -> Optional[ast.AST]:
+    names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+    if name not in names:
+        return None
+    if not isinstance(iterable, ast.Call) or not isinstance(iterable.func, ast.Name):
+        return iterable  # ``for k, v in pairs``: the iterable, as loop_over has it
+    args, i = iterable.args, names.index(name)
+    if any(isinstance(a, ast.Starred) for a in args) or iterable.keywords:
+        return None
+    if iterable.func.id == "zip" and len(args) == len(names):
+        return args[i]
+    if iterable.func.id == "enumerate" and len(args) == 1 and len(names) == 2 and i == 1:
+        return args[0]
+    return iterable
 
 
 def discarded_move(stmt: ast.stmt) -> Optional[str]:

@@ -129,7 +129,8 @@ def loop_plan(tr: Tracer, v: Value, fr: Any, loop: ast.AST) -> Optional[Plan]:
     names = loop_targets(tr, fr, fr.func, loop, v.local)
     line = f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}"
     plan = tr.in_function(fr, line, fr.stmt.lineno, v.local)
-    note = f"{' and '.join(names)} come from {ast.unparse(loop)}, on {v.devices[0]}"
+    verb = "comes" if len(names) == 1 else "come"
+    note = f"{' and '.join(names)} {verb} from {ast.unparse(loop)}, on {v.devices[0]}"
     return replace(plan, insert=True, note=note)
 
 

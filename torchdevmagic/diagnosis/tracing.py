@@ -83,9 +83,9 @@ class Tracer:
                 and fx.on_device(found.devices, self.target)
             ):
                 return f"{name}.device"
-        for w in tensors:
+        for w in tensors:  # assigned before, or bound by a ``for`` around the line
             hits = fm.assignments_before(fr.func, before, w.local)
-            if hits:
+            if hits or fm.loop_over(fr.func, before, w.local) is not None:
                 return f"{w.local}.device"
         # ``self.b(h)`` in a model split across devices: the device of the part called, as
         # ``next(self.parameters())`` would name the first part's; ``model(z)`` in a helper
@@ -100,11 +100,18 @@ class Tracer:
             ):
                 return f"next({w.local}.parameters()).device"
         whole = not any(w.object_id == fr.self_id and w.split for w in fr.values)
-        if fr.self_id is not None and "self" in params and whole:
+        if fr.self_id is not None and "self" in params and whole and self.has_parameters(fr):
             return "next(self.parameters()).device"
         if fr.in_cell_file:
             return self.cell_dev  # a plain function of the notebook sees its globals
         return repr(self.target).replace("'", '"')
+
+    @staticmethod
+    def has_parameters(fr: Any) -> bool:
+        """Whether the frame's module has a parameter: ``next(self.parameters())`` of a loss
+        module without one raises StopIteration."""
+        me = fr.describe(ast.Name("self", ast.Load()))
+        return me is not None and me.kind == "module" and me.params > 0
 
     # ------------------------------------------------------------------ plans
 
@@ -252,7 +259,7 @@ class Tracer:
         node: Optional[ast.AST] = None
         local = v.local
         if local.isidentifier():
-            node = fm.loop_over(fr.func or fr.tree, fr.lineno, local)
+            node = fm.loop_source(fr.func or fr.tree, fr.lineno, local)
             if (  # ``for name, head in self.heads.items()``: the dict itself
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
