@@ -163,12 +163,23 @@ def emu() -> Any:
 
 @pytest.fixture
 def emu_shell(shell: Any) -> Any:
-    """The real shell with ``%emulate_cuda on`` (one emulated GPU), stopped afterwards."""
+    """The real shell with ``%emulate_cuda on`` (one emulated GPU), stopped afterwards.
+
+    A failed cell's traceback (frames holding emulated tensors) must not stay on the
+    emulated GPU for later tests that measure its memory: IPython keeps the last result and
+    the last traceback (for %tb and %debug), as it would on a GPU."""
+    import sys
+
     from torchdevmagic.emulate import stop
 
     shell.run_line_magic("emulate_cuda", "on")
     yield shell
     stop()
+    shell.run_cell("pass")
+    shell.InteractiveTB.tb = None
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
 
 
 @pytest.fixture

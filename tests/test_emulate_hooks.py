@@ -24,29 +24,14 @@ from torchdevmagic.emulate import _session  # noqa: E402
 pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
 
-@pytest.fixture
-def emu(shell: Any) -> Any:
-    shell.run_line_magic("emulate_cuda", "on")
-    yield shell
-    _session.stop()
-    # The failed cells' tracebacks (the hooks' frames hold gradients) must not stay on the
-    # emulated GPU for the tests that measure its memory: IPython keeps the last result and
-    # the last traceback (for %tb and %debug), as it would on a GPU.
-    shell.run_cell("pass")
-    shell.InteractiveTB.tb = None
-    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, name):
-            setattr(sys, name, None)
-
-
 def _ok(shell: Any, cell: str) -> None:
     result = shell.run_cell(cell)
     assert result.error_in_exec is None, repr(result.error_in_exec)
 
 
-def test_a_tensor_hook_makes_a_tensor_where_the_gradient_is(emu: Any) -> None:
+def test_a_tensor_hook_makes_a_tensor_where_the_gradient_is(emu_shell: Any) -> None:
     _ok(
-        emu,
+        emu_shell,
         "import torch\n"
         "x = torch.randn(3, device='cuda', requires_grad=True)\n"
         "x.register_hook(lambda g: g * torch.ones(3, device=g.device))\n"
@@ -54,7 +39,7 @@ def test_a_tensor_hook_makes_a_tensor_where_the_gradient_is(emu: Any) -> None:
         "h.register_hook(lambda g: g + torch.full((3,), 1.0, device='cuda'))\n"
         "h.sum().backward()",
     )
-    grad = emu.user_ns["x"].grad
+    grad = emu_shell.user_ns["x"].grad
     assert grad.device == torch.device("cuda:0") and torch.equal(grad.cpu(), torch.full((3,), 4.0))
 
 
@@ -76,13 +61,13 @@ grads = [p.grad.cpu() for p in model.parameters()]
 """
 
 
-def test_module_backward_hooks_as_on_a_gpu(emu: Any) -> None:
-    _ok(emu, "DEVICE = 'cpu'\n" + MODULE_HOOKS)
-    want = emu.user_ns["grads"]
-    _ok(emu, "DEVICE = 'cuda'\n" + MODULE_HOOKS)
-    assert emu.user_ns["seen"] == [("cuda", "cuda")]
-    assert all(torch.equal(a, b) for a, b in zip(emu.user_ns["grads"], want))
-    assert emu.user_ns["model"][2].weight.grad.device.type == "cuda"
+def test_module_backward_hooks_as_on_a_gpu(emu_shell: Any) -> None:
+    _ok(emu_shell, "DEVICE = 'cpu'\n" + MODULE_HOOKS)
+    want = emu_shell.user_ns["grads"]
+    _ok(emu_shell, "DEVICE = 'cuda'\n" + MODULE_HOOKS)
+    assert emu_shell.user_ns["seen"] == [("cuda", "cuda")]
+    assert all(torch.equal(a, b) for a, b in zip(emu_shell.user_ns["grads"], want))
+    assert emu_shell.user_ns["model"][2].weight.grad.device.type == "cuda"
 
 
 # PyTorch's tutorial "How to save memory by fusing the optimizer step into the backward
@@ -110,23 +95,23 @@ params = [p.detach().cpu() for p in model.parameters()]
 @pytest.mark.skipif(
     not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"), reason="torch 2.2+"
 )
-def test_the_optimizer_step_in_a_post_accumulate_grad_hook(emu: Any) -> None:
-    _ok(emu, "CAPTURABLE = False\n" + FUSED_STEP)
-    want = emu.user_ns["params"]
-    _ok(emu, "CAPTURABLE = True\n" + FUSED_STEP)
-    state = emu.user_ns["optimizer_dict"][emu.user_ns["model"][0].weight].state
+def test_the_optimizer_step_in_a_post_accumulate_grad_hook(emu_shell: Any) -> None:
+    _ok(emu_shell, "CAPTURABLE = False\n" + FUSED_STEP)
+    want = emu_shell.user_ns["params"]
+    _ok(emu_shell, "CAPTURABLE = True\n" + FUSED_STEP)
+    state = emu_shell.user_ns["optimizer_dict"][emu_shell.user_ns["model"][0].weight].state
     assert next(iter(state.values()))["step"].device.type == "cuda"
-    assert all(torch.allclose(a, b) for a, b in zip(emu.user_ns["params"], want))
+    assert all(torch.allclose(a, b) for a, b in zip(emu_shell.user_ns["params"], want))
 
 
 class Refusal(Exception):
     pass
 
 
-def test_a_hook_that_raises_keeps_its_error_type_message_and_frames(emu: Any) -> None:
-    emu.user_ns["Refusal"] = Refusal
+def test_a_hook_that_raises_keeps_its_error_type_message_and_frames(emu_shell: Any) -> None:
+    emu_shell.user_ns["Refusal"] = Refusal
     _ok(
-        emu,
+        emu_shell,
         "import torch\n"
         "def clip(g):\n"
         "    limit = torch.tensor(1.0, device=g.device)\n"
@@ -134,7 +119,7 @@ def test_a_hook_that_raises_keeps_its_error_type_message_and_frames(emu: Any) ->
         "x = torch.ones(3, device='cuda', requires_grad=True)\n"
         "x.register_hook(clip)",
     )
-    err = emu.run_cell("x.sum().backward()").error_in_exec
+    err = emu_shell.run_cell("x.sum().backward()").error_in_exec
     assert type(err) is Refusal and str(err) == "gradient past 1.0"
     names, tb = [], sys.last_traceback
     while tb is not None:
@@ -171,25 +156,25 @@ def _frames(tb: Any) -> list[str]:
     ],
 )
 def test_what_a_tensor_hook_returns_is_checked_as_on_a_gpu(
-    emu: Any, returned: str, message: str
+    emu_shell: Any, returned: str, message: str
 ) -> None:
     # check_variable_result (python_hook.cpp): C++ checks the CPU tensors inside, where a CPU
     # gradient returned for a CUDA one passes.
-    _ok(emu, "import torch\nx = torch.ones(3, device='cuda', requires_grad=True)")
-    _ok(emu, f"x.register_hook(lambda g: {returned})")
-    err = emu.run_cell("x.sum().backward()").error_in_exec
+    _ok(emu_shell, "import torch\nx = torch.ones(3, device='cuda', requires_grad=True)")
+    _ok(emu_shell, f"x.register_hook(lambda g: {returned})")
+    err = emu_shell.run_cell("x.sum().backward()").error_in_exec
     assert type(err) is RuntimeError and str(err) == message
 
 
-def test_what_a_module_backward_hook_returns_is_checked_as_on_a_gpu(emu: Any) -> None:
+def test_what_a_module_backward_hook_returns_is_checked_as_on_a_gpu(emu_shell: Any) -> None:
     _ok(
-        emu,
+        emu_shell,
         "import torch\n"
         "m = torch.nn.Linear(3, 2).cuda()\n"
         "m.register_full_backward_hook(lambda mod, gi, go: (gi[0].cpu(),))\n"
         "x = torch.ones(4, 3, device='cuda', requires_grad=True)",
     )
-    err = emu.run_cell("m(x).sum().backward()").error_in_exec
+    err = emu_shell.run_cell("m(x).sum().backward()").error_in_exec
     assert type(err) is RuntimeError
     # torch's BackwardHook calls the user's hook from its own, named hook, which C++ checks
     assert str(err) == (
@@ -198,9 +183,9 @@ def test_what_a_module_backward_hook_returns_is_checked_as_on_a_gpu(emu: Any) ->
     )
 
 
-def test_a_functions_node_has_its_name_as_on_a_gpu(emu: Any) -> None:
+def test_a_functions_node_has_its_name_as_on_a_gpu(emu_shell: Any) -> None:
     _ok(
-        emu,
+        emu_shell,
         "import torch\n"
         "class Double(torch.autograd.Function):\n"
         "    @staticmethod\n"
@@ -211,7 +196,7 @@ def test_a_functions_node_has_its_name_as_on_a_gpu(emu: Any) -> None:
         "        return g * 2\n"
         "y = Double.apply(torch.ones(2, device='cuda', requires_grad=True))",
     )
-    assert emu.user_ns["y"].grad_fn.name() == "DoubleBackward"
+    assert emu_shell.user_ns["y"].grad_fn.name() == "DoubleBackward"
 
 
 GRAD_ON_CPU = """
