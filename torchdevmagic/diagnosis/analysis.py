@@ -58,6 +58,24 @@ class _Frame:
             return self.owner + expression[4:]
         return _rooted(self, expression) or expression
 
+    def has_parameters(self) -> bool:
+        """Whether this frame's ``self`` is a module with a parameter (``next(self.parameters())``
+        of a loss module without one raises StopIteration)."""
+        me = self.describe(ast.Name("self", ast.Load()))
+        return me is not None and me.kind == "module" and me.params > 0
+
+    def reads_global(self, name: str, object_id: int) -> bool:
+        """``name`` is a notebook global that this function of the notebook reads (``pe`` in
+        ``lambda x: x + pe``), not a local of it."""
+        space = self.namespace
+        if not name.isidentifier() or type(space) is not dict or self.frame.f_globals is not space:
+            return False
+        try:
+            local = name in self.frame.f_locals
+        except Exception:
+            return False
+        return not local and id(dict.get(space, name)) == object_id
+
     def describe(self, node: ast.AST) -> Optional[cp.Value]:
         """The value ``node`` refers to in this frame, named as the user would."""
         if self.resolver is None:

@@ -100,18 +100,11 @@ class Tracer:
             ):
                 return f"next({w.local}.parameters()).device"
         whole = not any(w.object_id == fr.self_id and w.split for w in fr.values)
-        if fr.self_id is not None and "self" in params and whole and self.has_parameters(fr):
+        if fr.self_id is not None and "self" in params and whole and fr.has_parameters():
             return "next(self.parameters()).device"
         if fr.in_cell_file:
             return self.cell_dev  # a plain function of the notebook sees its globals
         return repr(self.target).replace("'", '"')
-
-    @staticmethod
-    def has_parameters(fr: Any) -> bool:
-        """Whether the frame's module has a parameter: ``next(self.parameters())`` of a loss
-        module without one raises StopIteration."""
-        me = fr.describe(ast.Name("self", ast.Load()))
-        return me is not None and me.kind == "module" and me.params > 0
 
     # ------------------------------------------------------------------ plans
 
@@ -142,26 +135,11 @@ class Tracer:
             # named from the notebook (a module attribute path, an input object's tensor)
             return together.object_plan(self, v) or Plan(self.move(v))
         if fr is not None and not fr.is_cell:
-            if self.notebook_global(v, fr):  # ``lambda x: x + pe``: pe moved in the notebook
+            # ``lambda x: x + pe``: the notebook's pe, moved in the notebook
+            if v.local == v.expression and fr.reads_global(v.local, v.object_id):
                 return Plan(self.move(v))
             return self.function_plan(v, fr)
         return Plan(self.move(v)) if not v.expression.startswith("self.") else None
-
-    def notebook_global(self, v: Value, fr: Any) -> bool:
-        """``v`` is a global of the notebook that a function of it reads (not a local)."""
-        name = v.local
-        if (
-            not name.isidentifier()
-            or name != v.expression
-            or fr.frame.f_globals is not self.namespace
-        ):
-            return False
-        try:
-            local = name in fr.frame.f_locals
-        except Exception:
-            return False
-        held = dict.get(self.namespace, name) if type(self.namespace) is dict else None
-        return not local and id(held) == v.object_id
 
     def moved_where_read(self, v: Value, fr: Any, reset: ast.stmt) -> Optional[Plan]:
         """An attribute the function sets again before the failing line (the BiLSTM-CRF
