@@ -18,7 +18,12 @@ torch = pytest.importorskip("torch")
 
 from torchdevmagic.emulate import _session  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
+pytestmark = [
+    pytest.mark.usefixtures("emulation_never_left_on"),
+    # Python 3.12 warns when a process with threads forks: the DataLoader worker forks as in
+    # every Jupyter kernel.
+    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),
+]
 
 
 @pytest.fixture
