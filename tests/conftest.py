@@ -75,6 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # Test files that run the emulated GPU throughout (the demo notebook has a section on it).
 _EMULATING_FILES = ("test_emulate", "test_notebook")
+_STARTING_FIXTURES = frozenset({"emu", "emu_shell"})  # fixtures that turn emulation on
 
 
 def _emulation_supported() -> bool:
@@ -121,12 +122,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "start() refuses it, see test_emulation_refuses_a_torch_it_cannot_emulate",
     )
     for item in items:
-        # whole files of emulation tests, and any test taking an ``emu`` fixture (it starts it)
-        # (test_emulate_support.py is the refusal test that runs where emulation is refused)
+        # whole files of emulation tests, and any test taking an ``emu`` or ``emu_shell``
+        # fixture (it starts it); test_emulate_support.py is the refusal test that runs where
+        # emulation is refused
         emulating = item.path.name.startswith(_EMULATING_FILES)
-        if (emulating and item.path.name != "test_emulate_support.py") or "emu" in getattr(
-            item, "fixturenames", ()
-        ):
+        starts = _STARTING_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if (emulating and item.path.name != "test_emulate_support.py") or starts:
             item.add_marker(pytest.mark.emulate)
     for marker, (works, reason) in skips.items():
         marked = [item for item in items if marker in item.keywords]
