@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from torchdevmagic.diagnosis.tracing import Tracer
 
 
+def moved_together(names: list[str], dev: str) -> str:
+    """``a, b = a.to(dev), b.to(dev)``: the one line every plan here writes."""
+    return f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}"
+
+
 def joint_plan(tr: Tracer, culprits: list[Value], plans: list[Optional[Plan]]) -> Optional[Plan]:
     """Tensors of the cell off target, each made or bound on its own line (NJODE's
     ``tau`` and ``tdiff``): correcting the first line alone fails next on the second, so
@@ -39,11 +44,10 @@ def joint_plan(tr: Tracer, culprits: list[Value], plans: list[Optional[Plan]]) -
     cell = homes[0]
     if cell is None or not cell.is_cell or any(h is not cell for h in homes):
         return function_joint_plan(tr, culprits, homes, plans)
-    names = [v.expression for v in culprits]
-    lhs, rhs = ", ".join(names), ", ".join(f"{n}.to({tr.cell_dev})" for n in names)
+    line = moved_together([v.expression for v in culprits], tr.cell_dev)
     at = cell.stmt.lineno if cell.stmt is not None else cell.lineno
     why = "; ".join(p.note for p in plans if p is not None and p.note)
-    return Plan(f"{lhs} = {rhs}", at, cell.frame.f_code.co_filename, insert=True, note=why)
+    return Plan(line, at, cell.frame.f_code.co_filename, insert=True, note=why)
 
 
 def function_joint_plan(
@@ -63,8 +67,7 @@ def function_joint_plan(
     if dev is None:
         return None
     names = [v.local for v in culprits]
-    line = f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}"
-    plan = tr.in_function(fr, line, fr.stmt.lineno, ", ".join(names))
+    plan = tr.in_function(fr, moved_together(names, dev), fr.stmt.lineno, ", ".join(names))
     where = fm.function_name(fr.frame.f_code)
     note = f"{' and '.join(names)} are made in {where} on {culprits[0].devices[0]}"
     return replace(plan, insert=True, note=note)
@@ -127,8 +130,7 @@ def loop_plan(tr: Tracer, v: Value, fr: Any, loop: ast.AST) -> Optional[Plan]:
     if dev is None or fr.stmt is None or not isinstance(fr.stmt, ast.stmt):
         return None
     names = loop_targets(tr, fr, fr.func, loop, v.local)
-    line = f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}"
-    plan = tr.in_function(fr, line, fr.stmt.lineno, v.local)
+    plan = tr.in_function(fr, moved_together(names, dev), fr.stmt.lineno, v.local)
     verb = "comes" if len(names) == 1 else "come"
     note = f"{' and '.join(names)} {verb} from {ast.unparse(loop)}, on {v.devices[0]}"
     return replace(plan, insert=True, note=note)
@@ -159,7 +161,7 @@ def object_plan(tr: Tracer, v: Value) -> Optional[Plan]:
     if len(names) > 2 and all("[" not in n for n in names):
         # A noise schedule's five tables: each tensor attribute moved in its instance dict.
         return Plan(fx.move_fix(replace(v, expression=root, kind="object"), dev))
-    return Plan(f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}")
+    return Plan(moved_together(names, dev))
 
 
 def _held_tensors(root: str, attributes: dict[str, Any], torch: Any) -> list[tuple[str, Value]]:

@@ -174,18 +174,15 @@ class Tracer:
                     return Plan(fixed, hits[-1].lineno, file, note=why)
             if loop is not None:
                 names = together.loop_targets(self, cell, cell.tree, loop, name)
-                lhs = ", ".join(names)
-                rhs = ", ".join(f"{n}.to({self.cell_dev})" for n in names)
-                return Plan(f"{lhs} = {rhs}", cell.lineno, file, insert=True)
+                line = together.moved_together(names, self.cell_dev)
+                return Plan(line, cell.lineno, file, insert=True)
         else:
             made = self.root_creation(v, cell)
             if made is not None:
                 return made
         siblings = together.siblings(self, v, cell)
         if len(siblings) > 1:
-            lhs = ", ".join(w.expression for w in siblings)
-            rhs = ", ".join(f"{w.expression}.to({self.cell_dev})" for w in siblings)
-            return Plan(f"{lhs} = {rhs}")
+            return Plan(together.moved_together([w.expression for w in siblings], self.cell_dev))
         return Plan(self.move(v))
 
     def root_creation(self, v: Value, cell: Any) -> Optional[Plan]:
