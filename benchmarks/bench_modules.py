@@ -11,13 +11,19 @@ meet the same phase of the machine (see README.md: the VM alternates fast and sl
 
 * ``bare``: ``modules()`` plus ``_parameters`` and ``_buffers``, each tensor's device and
   storage bytes summed per device: the ~2 µs a module of issue 17.
+* ``floor``: ``bare`` plus the one pass the scan cannot leave out and ``bare`` does not
+  make: every module's instance dict checked for plain tensor attributes (``self.cache =
+  t`` holds memory), in the fastest form found (one C-level pipeline over
+  ``gc.get_referents`` of all the dicts). floor / bare is a lower bound for scan / bare of
+  any walk that keeps that feature, before it reads a dtype, a path or a grad.
 * ``table``: what a module row needs, in plain Python: ``named_modules()`` paths, each
   parameter and buffer with its path, device, dtype and storage, each storage counted once,
   bytes per device, the parameter count, grads.
 
 The figures: median µs per module of each, and the median over rounds of scan / bare, scan /
-table and table / bare with their interquartile range (table / bare: what the facts a module
-row shows cost to read in plain Python, against bare). ``--base REV`` also scans with the
+table, table / bare and floor / bare with their interquartile range (table / bare: what the
+facts a module row shows cost to read in plain Python, against bare; floor / bare: the least
+any walk keeping plain tensor attributes can cost, against bare). ``--base REV`` also scans with the
 package at git revision REV (its own process, from ``git archive``, as ``ab_scan.py`` does)
 in the same rounds, and prints scan / base-scan: the change's own A/B. ``--stages`` also
 times the scan's stages alone in the same rounds (the tree walk, the parameter/buffer
@@ -32,6 +38,7 @@ types, ``model[0].ln1.weight``; no method of the model runs: ``named_modules()``
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import statistics
@@ -91,6 +98,19 @@ def bare(model: Any) -> dict[Any, int]:
     return out
 
 
+def floor(model: Any, tensor_ids: frozenset[int]) -> tuple[dict[Any, int], bool]:
+    out: dict[Any, int] = {}
+    dicts = []
+    for m in model.modules():
+        dicts.append(m.__dict__)
+        for table in (m._parameters, m._buffers):
+            for t in table.values():
+                if t is not None:
+                    d = t.device
+                    out[d] = out.get(d, 0) + t.untyped_storage().nbytes()
+    return out, tensor_ids.isdisjoint(map(id, map(type, gc.get_referents(*dicts))))
+
+
 def table(model: Any) -> tuple[list[tuple[str, Any, Any]], dict[Any, int], int]:
     rows: list[tuple[str, Any, Any]] = []
     seen: set[int] = set()
@@ -139,11 +159,14 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, base: Any) -> None:
+    import torch
+
     from torchdevmagic import scan
 
     model = _model(args.blocks)
     modules = sum(1 for _ in model.modules())
     ns = {"model": model}
+    tensor_ids = frozenset(map(id, (torch.Tensor, torch.nn.Parameter)))
 
     def timed(f: Callable[[], object]) -> Callable[[], float]:
         def once() -> float:
@@ -158,6 +181,7 @@ def run(args: argparse.Namespace, base: Any) -> None:
         "scan": timed(lambda: scan(ns, gpus=False)),
         "bare": timed(lambda: bare(model)),
         "table": timed(lambda: table(model)),
+        "floor": timed(lambda: floor(model, tensor_ids)),
     }
     if base is not None:
         variants["base"] = lambda: ask(base)
@@ -183,10 +207,11 @@ def run(args: argparse.Namespace, base: Any) -> None:
         label = f"scan at {args.base}" if other == "base" else other
         print(f"  scan / {label}: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
     # What the same facts cost in plain Python, without the scan's safety or its plain
-    # tensor attributes: a floor under any module walk that reads them.
-    q1, median, q3 = quartiles([t / b for t, b in zip(times["table"], times["bare"])])
-    print(f"  table / bare: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
-    for name in [k for k in times if k not in ("scan", "bare", "table", "base")]:
+    # tensor attributes; and bare plus the plain-attribute pass alone.
+    for name in ("table", "floor"):
+        q1, median, q3 = quartiles([t / b for t, b in zip(times[name], times["bare"])])
+        print(f"  {name} / bare: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
+    for name in [k for k in times if k not in ("scan", "bare", "table", "floor", "base")]:
         q1, median, q3 = quartiles([s / b for s, b in zip(times[name], times["bare"])])
         print(f"  stage {name} / bare: median {median:.2f} (IQR {q1:.2f}-{q3:.2f})")
 

@@ -15,6 +15,10 @@ interquartile range (below 0.90: the idea buys the 10% the house rules ask for).
   custom attributes are type-checked instead of every value.
 * ``owned_tensors`` column-wise: every module's ``_parameters``/``_buffers`` (plain dicts
   with exact-str keys) read by C methods mapped over all tables, paths joined by ``map``.
+* ``module_tree`` level by level: each level's instance dicts, ``_modules`` tables, child
+  names and paths by C methods mapped over the whole level (no Python frame per module),
+  then ``named_modules()`` order restored by sorting the modules' rank keys (a tuple of
+  child positions from the root).
 * device and dtype of every tensor by ``torch._C._group_tensors_by_device_and_dtype`` (the
   foreach optimizers' C++ grouping: one device object per group, not one per tensor).
 """
@@ -26,8 +30,8 @@ import random
 import statistics
 import sys
 import time
-from itertools import chain, compress, cycle, repeat
-from operator import add, is_, sub
+from itertools import chain, compress, cycle, islice, repeat
+from operator import add, is_, itemgetter, sub
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,7 +93,49 @@ def ideas(model: Any) -> dict[str, Pair]:
             lambda: owned_column_wise(namespaces, paths, tt),
         ),
         "device+dtype by C++ grouping": (device_dtype, device_dtype_grouped),
+        "module_tree level by level": (
+            lambda: walk.module_tree(model, "model", classes, set()),
+            lambda: tree_by_levels(model, "model"),
+        ),
     }
+
+
+_RANKS = [(i,) for i in range(4096)]  # a child's rank as a one-item key: (0,), (1,), ...
+
+
+def tree_by_levels(model: Any, path: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """``module_tree`` for a tree of plain-dict ``_modules`` tables with exact-str names,
+    no module met twice, fewer than 4,096 children a module (asserted)."""
+    from torchdevmagic.safe.paths import module_child_path
+
+    suffixes: dict[str, str] = {}
+    modules_table = itemgetter("_modules")
+    level, paths, keys = [model], [path], [()]
+    all_dicts: list[dict[str, Any]] = []
+    all_paths: list[str] = []
+    all_keys: list[tuple[int, ...]] = []
+    while level:
+        dicts = list(map(vars, level))
+        all_dicts += dicts
+        all_paths += paths
+        all_keys += keys
+        tables = list(map(modules_table, dicts))
+        assert all(map(is_, map(type, tables), repeat(dict)))
+        sizes = list(map(len, tables))
+        names = list(chain.from_iterable(map(dict.keys, tables)))
+        assert all(map(is_, map(type, names), repeat(str)))
+        found = list(map(suffixes.get, names))
+        if None in found:  # names not met yet (a level's names repeat: "0", "ln1")
+            for name in set(names) - suffixes.keys():
+                suffixes[name] = module_child_path("", name)
+            found = list(map(suffixes.__getitem__, names))
+        level = list(chain.from_iterable(map(dict.values, tables)))
+        paths = list(map(add, chain.from_iterable(map(repeat, paths, sizes)), found))
+        ranks = chain.from_iterable(map(islice, repeat(_RANKS), sizes))
+        keys = list(map(add, chain.from_iterable(map(repeat, keys, sizes)), ranks))
+    assert len(set(map(id, all_dicts))) == len(all_dicts)
+    order = sorted(range(len(all_keys)), key=all_keys.__getitem__)
+    return list(map(all_dicts.__getitem__, order)), list(map(all_paths.__getitem__, order))
 
 
 def owned_column_wise(
