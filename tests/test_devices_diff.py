@@ -136,7 +136,7 @@ def test_many_changes_are_capped_like_rows() -> None:
     after = _report(*(_tensor(f"t{i}", "cpu", 4 * i + 4, (i + 1,)) for i in range(40)))
     d = after.diff(_report())
     text = d.to_text()
-    assert "… 10 more changes not shown (--top 0 shows all)" in text
+    assert "… 10 more changes not shown (scan(top=0).diff(...) shows all)" in text  # the API's
     assert "t39" in text and "t0 " not in text  # biggest change first
     assert "… " not in diff_reports(_report(), _report(*after.rows, top=0)).to_text()
 

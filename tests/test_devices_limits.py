@@ -162,6 +162,10 @@ def test_the_hidden_rows_footer_names_the_way_of_its_front_door(shell: Any, caps
     assert "… 10 more rows not shown (--top 0 shows all)" in out and "top=0" not in out
     api = str(run(shell, "torchdevmagic.scan()"))
     assert "… 10 more rows not shown (scan(top=0) shows all)" in api and "--top" not in api
+    # the HTML a notebook shows says the same, each door its own way
+    assert "… 10 more rows not shown (--top 0 shows all)" in run(shell, "%devices -o").to_html()
+    html = run(shell, "torchdevmagic.scan()").to_html()
+    assert "… 10 more rows not shown (scan(top=0) shows all)" in html and "--top" not in html
     capsys.readouterr()
     run(shell, "%devices --top 0")
     assert "more rows" not in capsys.readouterr().out

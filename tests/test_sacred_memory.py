@@ -3,25 +3,20 @@
 ``sys.last_traceback = sys.last_value = None`` alone frees nothing on IPython 9.18 or 7.34:
 the shell's traceback formatter keeps the last traceback it formatted
 (``AutoFormattedTB.structured_traceback`` sets ``self.tb``; only ``debugger()`` drops it).
-The advice is read from the package's own source, wherever it lives, and run in a real shell.
+The advice is read from the table the report's words come from, and run in a real shell.
 """
 
 from __future__ import annotations
 
-import ast
 import gc
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-import torchdevmagic
-
 pytest.importorskip("torch")
 
 PINNED = """
-import weakref, torch
+import weakref, torch, torchdevmagic
 refs = []
 def forward():
     activation = torch.ones(1000)  # a local of a frame the traceback keeps
@@ -30,22 +25,21 @@ def forward():
 """
 
 
-def advice() -> str:
-    """The one 'free with: ...' advice that the package prints about the last traceback
-    (``%devices --free`` since issue 17; it was the sys.last_* assignments before)."""
-    found = set()
-    for path in Path(torchdevmagic.__file__).parent.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                m = re.search(r"free with: (%devices --free)\)\s*$", node.value)
-                if m:
-                    found.add(m.group(1))
-    assert len(found) == 1, found
-    return found.pop()
+def advice(door: str) -> str:
+    """The 'free with: ...' advice the package prints about the last traceback, in the words
+    of the door that made the report (``%devices --free`` since issue 17, it was the sys.last_*
+    assignments before; the Python API's own function since the report of ``scan()`` said
+    ``%devices --free`` too)."""
+    from torchdevmagic.render.devices import FREE
+
+    return FREE[door]
 
 
+@pytest.mark.parametrize("door", ["%devices", "scan"])
 @pytest.mark.parametrize("before", ["", "%devcheck on"])
-def test_the_advice_frees_a_tensor_pinned_by_the_last_traceback(shell: Any, before: str) -> None:
+def test_the_advice_frees_a_tensor_pinned_by_the_last_traceback(
+    shell: Any, before: str, door: str
+) -> None:
     if before:
         shell.run_cell(before)
     shell.run_cell(PINNED)
@@ -55,7 +49,7 @@ def test_the_advice_frees_a_tensor_pinned_by_the_last_traceback(shell: Any, befo
     gc.collect()
     ref = shell.user_ns["refs"][0]
     pinned = ref() is not None
-    error = shell.run_cell(advice()).error_in_exec
+    error = shell.run_cell(advice(door)).error_in_exec
     gc.collect()
     freed = ref() is None
     assert failed is RuntimeError and error is None

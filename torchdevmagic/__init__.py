@@ -5,6 +5,7 @@ GPU correctly, and explain device errors in terms of your own variable names.
 
     import torchdevmagic
     report = torchdevmagic.scan()          # like %devices, for the caller's globals
+    torchdevmagic.free_memory()            # like %devices --free
 
 Importing this package imports neither torch, IPython nor pynvml: each is loaded on first use.
 """
@@ -19,6 +20,8 @@ __version__ = "0.1.0"
 # public name -> (module, attribute); resolved on first access so import stays cheap.
 _LAZY: dict[str, tuple[str, str]] = {
     "scan": ("torchdevmagic.api", "scan"),
+    "free_memory": ("torchdevmagic.api", "free_memory"),
+    "FreeReport": ("torchdevmagic.free", "FreeReport"),
     "DevicesReport": ("torchdevmagic.report", "DevicesReport"),
     "device_memory": ("torchdevmagic.gpu", "device_memory"),
     "check_environment": ("torchdevmagic.env", "check_environment"),

@@ -1,4 +1,5 @@
-"""The public ``scan()``: collect, then GPU memory, then who holds the rest -> a report.
+"""The public ``scan()``: collect, then GPU memory, then who holds the rest -> a report; and
+``free_memory()``, which gives back what the report says history pins.
 
 The one place that composes the layers: :mod:`.scanning` (namespace -> records),
 :mod:`.gpu` (per-device memory), :func:`.scanning.find_holders` (only when a device has
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from torchdevmagic._torch import no_torch_function, torch_if_imported
 from torchdevmagic.records import DeviceMemory, Holder, Row, Rows, ScanStats
@@ -26,6 +27,9 @@ from torchdevmagic.scanning import (
     private_entries,
     visible_entries,
 )
+
+if TYPE_CHECKING:
+    from torchdevmagic.free import FreeReport
 
 
 def scan(
@@ -114,3 +118,51 @@ def _filtered(
         rows = tuple(rows)
         findings = tuple(f for f in findings if finding_matches(f, [r.path for r in rows]))
     return rows, findings
+
+
+def free_memory(
+    *holders: str,
+    namespace: Optional[Mapping[str, Any]] = None,
+    device: Optional[str] = None,
+    shell: Any = None,
+    gpu_backend: Any = None,
+) -> FreeReport:
+    """Give back the memory that the last error's traceback and IPython's ``Out[n]`` pin and
+    no variable holds (``%devices --free``); a report says what was dropped and what came back.
+
+    ``holders`` picks some (``"traceback"``, ``"Out"``, ``"Out[3]"``, ``"_"``; all when none);
+    ``device`` drops only those holding memory there. ``namespace`` defaults to the caller's
+    globals, ``shell`` to the running IPython shell whose namespace that is (its own copies
+    of the traceback and of ``_`` go too). A variable is never dropped::
+
+        print(torchdevmagic.free_memory())          # after an out-of-memory error
+    """
+    from torchdevmagic.free import choose, drop_pinned
+
+    choose((), holders, "free_memory()")  # the holder names alone: a typo is a ValueError
+    if namespace is None:
+        frame = sys._getframe(1)
+        namespace = frame.f_globals
+        del frame
+    if shell is None:
+        shell = _shell_of(namespace)
+    hidden = getattr(shell, "user_ns_hidden", None) if shell is not None else None
+    return drop_pinned(
+        namespace,
+        shell=shell,
+        hidden=hidden if type(hidden) is dict else (),
+        wanted=holders,
+        device=device,
+        gpu_backend=gpu_backend,
+    )
+
+
+def _shell_of(namespace: Mapping[str, Any]) -> Any:
+    """The running IPython shell when ``namespace`` is its user namespace; IPython is looked
+    up, never imported (a script has none)."""
+    get = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    try:
+        shell = get() if callable(get) else None
+    except Exception:
+        return None
+    return shell if getattr(shell, "user_ns", None) is namespace else None

@@ -43,6 +43,7 @@ class DevicesDiff(Displayable):
     filters: tuple[Optional[str], Optional[str]] = (None, None)  # device filter, before/after
     hidden: tuple[bool, bool] = (False, False)  # -a (private names, Out[n]), before/after
     top: Optional[int] = None
+    made_by: str = "scan"  # the later report's front door: its notes name that one's ways
 
     def counts(self) -> dict[str, int]:
         """How many rows of each kind of change: ``{"new": 2, "freed": 1, ...}``."""
@@ -78,7 +79,9 @@ class DevicesDiff(Displayable):
 
 def nothing_to_compare(report: DevicesReport) -> DevicesDiff:
     """The first ``--diff``: no earlier report; the later one is shown whole."""
-    return DevicesDiff(changes=(), totals=(), compared=False, report=report, top=report.top)
+    return DevicesDiff(
+        changes=(), totals=(), compared=False, report=report, top=report.top, made_by=report.made_by
+    )
 
 
 def diff_reports(before: DevicesReport, after: DevicesReport) -> DevicesDiff:
@@ -108,6 +111,7 @@ def diff_reports(before: DevicesReport, after: DevicesReport) -> DevicesDiff:
         filters=(before.device_filter, after.device_filter),
         hidden=(before.include_hidden, after.include_hidden),
         top=after.top,
+        made_by=after.made_by,
     )
 
 

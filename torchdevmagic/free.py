@@ -1,4 +1,4 @@
-"""``%devices --free``: give back the memory that notebook history pins.
+"""``%devices --free`` and ``free_memory()``: give back the memory that notebook history pins.
 
 After an error (an out-of-memory one above all) the stored traceback keeps every frame's
 locals alive, and ``Out[n]`` keeps old results (ipython/ipython#13103, pytorch/pytorch#27600):
@@ -59,7 +59,8 @@ class Freed:
 
 @dataclass(frozen=True)
 class FreeReport(Displayable):
-    """What ``%devices --free`` dropped and what came back. Plain data: no references."""
+    """What ``%devices --free`` / ``free_memory()`` dropped and what came back. Plain data:
+    no references."""
 
     dropped: tuple[hd.Pinned, ...]
     devices: tuple[Freed, ...]
@@ -94,9 +95,12 @@ def user_entries(namespace: Mapping[str, Any], hidden: Iterable[str]) -> list[tu
     ]
 
 
-def choose(pinned: Sequence[hd.Pinned], wanted: Sequence[str]) -> tuple[list[hd.Pinned], list[str]]:
+def choose(
+    pinned: Sequence[hd.Pinned], wanted: Sequence[str], what: str = "--free"
+) -> tuple[list[hd.Pinned], list[str]]:
     """The entries ``wanted`` names (``traceback``, ``Out``, ``Out[3]``, ``_3``, ``_``; all
-    when empty), and the wanted ones that pin nothing. ``ValueError`` for anything else."""
+    when empty), and the wanted ones that pin nothing. ``ValueError`` for anything else,
+    naming ``what`` was given them (the magic's ``--free``, the Python API's holders)."""
     if not wanted:
         return list(pinned), []
     chosen: list[hd.Pinned] = []
@@ -116,7 +120,7 @@ def choose(pinned: Sequence[hd.Pinned], wanted: Sequence[str]) -> tuple[list[hd.
             hit = [p for p in pinned if p.kind == hd.HISTORY and p.key in (word, (hd.HIDDEN, word))]
         else:
             raise ValueError(
-                f"--free takes traceback, Out, Out[N] or _, __, ___ (all when none), not {word!r}"
+                f"{what} takes traceback, Out, Out[N] or _, __, ___ (all when none), not {word!r}"
             )
         chosen += [p for p in hit if p not in chosen]
         if not hit:
@@ -124,7 +128,7 @@ def choose(pinned: Sequence[hd.Pinned], wanted: Sequence[str]) -> tuple[list[hd.
     return chosen, empty
 
 
-def free_memory(
+def drop_pinned(
     namespace: Mapping[str, Any],
     *,
     shell: Any = None,

@@ -172,7 +172,7 @@ class DevicesMagics(Magics):
     def _free(self, args: Any) -> Any:
         takes = "a DEVICE, holders to drop and -o"
         refuse_combined("%devices", "--free", _scan_only(args), takes)
-        from torchdevmagic.free import choose, free_memory
+        from torchdevmagic.free import choose, drop_pinned
 
         try:
             choose((), args.free)  # the holder names alone: a typo is a UsageError
@@ -180,7 +180,7 @@ class DevicesMagics(Magics):
             raise UsageError(str(exc)) from None
         shell = self.shell
         assert shell is not None
-        report = free_memory(
+        report = drop_pinned(
             shell.user_ns,
             shell=shell,
             hidden=shell.user_ns_hidden,

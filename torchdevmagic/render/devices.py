@@ -83,20 +83,31 @@ def totals_line(report: DevicesReport) -> str:
     return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({count})"
 
 
-# The footer's advice (how to walk deeper, see every row, learn why there is no GPU), in the
-# words of the front door that made the report: the magic's options, or scan()'s keywords.
+# The report's advice (how to walk deeper, see every row, learn why there is no GPU, see the
+# _names, free what history pins), in the words of the front door that made the report
+# (DevicesReport.made_by): the magic's options, or the Python API's keywords and functions.
 DEEPER = {"%devices": "%devices --depth N goes deeper", "scan": "scan(max_depth=...) goes deeper"}
 SHOW_ALL = {"%devices": "--top 0 shows all", "scan": "scan(top=0) shows all"}
 WHY_NO_GPU = {"%devices": "%devices --env tells why", "scan": "check_environment() tells why"}
+SHOW_PRIVATE = {
+    "%devices": "%devices -a shows them",
+    "scan": "scan(include_hidden=True) shows them",
+}
+FREE = {"%devices": "%devices --free", "scan": "torchdevmagic.free_memory()"}
+
+
+def advice(table: dict[str, str], made_by: str) -> str:
+    """``table``'s words for the front door ``made_by`` (the Python API's for any other)."""
+    return table.get(made_by, table["scan"])
 
 
 def footer_lines(s: ScanStats, hidden_rows: int, made_by: str = "scan") -> list[str]:
     """What the report left out and why: rows not shown, caps, depth, refusals, budget,
     mutation."""
-    deeper = DEEPER.get(made_by, DEEPER["scan"])
+    deeper = advice(DEEPER, made_by)
     lines = []
     if hidden_rows:
-        show_all = SHOW_ALL.get(made_by, SHOW_ALL["scan"])
+        show_all = advice(SHOW_ALL, made_by)
         lines.append(f"… {hidden_rows:,} more rows not shown ({show_all})")
     if s.truncated_containers:
         names = ", ".join(s.truncated_containers[:3])
@@ -196,22 +207,18 @@ def gpu_cells(g: DeviceMemory) -> tuple[str, ...]:
     )
 
 
-def holder_text(h: Holder) -> str:
+def holder_text(h: Holder, made_by: str = "scan") -> str:
     if h.kind == "private":
-        return (
-            f"your _names hold {format_bytes(h.nbytes)} ({name_some(list(h.paths))}; "
-            "%devices -a shows them)"
-        )
+        show = advice(SHOW_PRIVATE, made_by)
+        return f"your _names hold {format_bytes(h.nbytes)} ({name_some(list(h.paths))}; {show})"
+    free = advice(FREE, made_by)
     if h.kind == "output_history":
         return (
             f"IPython output history holds {format_bytes(h.nbytes)} ({name_some(list(h.paths))}; "
-            "free with: %devices --free)"
+            f"free with: {free})"
         )
     if h.kind == "traceback":
-        return (
-            f"the last traceback's frames hold {format_bytes(h.nbytes)} "
-            "(free with: %devices --free)"
-        )
+        return f"the last traceback's frames hold {format_bytes(h.nbytes)} (free with: {free})"
     return (
         f"{', '.join(h.paths)} keeps an autograd graph (saved activations): backward() it, "
         "or compute it under torch.no_grad()"
@@ -220,13 +227,13 @@ def holder_text(h: Holder) -> str:
 
 def gpu_notes(report: DevicesReport) -> list[str]:
     if report.gpus_checked and not report.gpus:
-        why = WHY_NO_GPU.get(report.made_by, WHY_NO_GPU["scan"])
+        why = advice(WHY_NO_GPU, report.made_by)
         return [f"No GPU visible to torch ({why})."]
     out = []
     for g in report.gpus:
         out += [f"{g.device}: {n}" for n in g.notes]
         if g.unnamed_bytes:
-            held = [holder_text(h) for h in report.holders if h.device == g.device]
+            held = [holder_text(h, report.made_by) for h in report.holders if h.device == g.device]
             line = f"{format_bytes(g.unnamed_bytes)} allocated is held by no named variable"
             out.append(f"{g.device}: " + line + (": " + "; ".join(held) if held else ""))
     return out

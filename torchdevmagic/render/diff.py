@@ -8,12 +8,17 @@ from typing import TYPE_CHECKING, Optional
 from torchdevmagic._format import format_bytes, format_shape, plural
 from torchdevmagic.records import RowChange, TotalChange
 from torchdevmagic.render.blocks import Block, Line, Table
+from torchdevmagic.render.devices import advice, report_blocks
 
 if TYPE_CHECKING:
     from torchdevmagic.diff import DevicesDiff
 
 DEFAULT_CHANGES_SHOWN = 30
 HEADERS = ("Change", "Path", "Type", "Device", "Shape", "Before", "After", "Diff")
+# The notes' advice in the words of the front door that made the later report (made_by).
+SHOW_ALL = {"%devices": "--top 0 shows all", "scan": "scan(top=0).diff(...) shows all"}
+SHOWS_HIDDEN = {"%devices": "-a", "scan": "include_hidden=True"}
+# Only %devices --diff can have nothing to compare with: report.diff() is given the other.
 NOTHING_TO_COMPARE = (
     "Nothing to compare with: this is the first %devices in this kernel "
     "(the next %devices --diff compares with this one)."
@@ -22,12 +27,10 @@ NOTHING_TO_COMPARE = (
 
 def diff_blocks(d: DevicesDiff) -> list[Block]:
     if not d.compared:
-        from torchdevmagic.render.devices import report_blocks
-
         first: list[Block] = [Line(NOTHING_TO_COMPARE, "dim")]
         return first + (report_blocks(d.report) if d.report is not None else [])
     out: list[Block] = [Line(summary_line(d))]
-    for note in (filters_note(d.filters), hidden_note(d.hidden)):
+    for note in (filters_note(d.filters), hidden_note(d.hidden, d.made_by)):
         if note:
             out.append(Line(note, "dim"))
     if d.changes:
@@ -37,7 +40,8 @@ def diff_blocks(d: DevicesDiff) -> list[Block]:
         out.append(Table(HEADERS, cells, right_align=(5, 6, 7), wrap=(1, 4)))
         if len(shown) < len(d.changes):
             hidden = len(d.changes) - len(shown)
-            out.append(Line(f"… {hidden:,} more changes not shown (--top 0 shows all)", "dim"))
+            show_all = advice(SHOW_ALL, d.made_by)
+            out.append(Line(f"… {hidden:,} more changes not shown ({show_all})", "dim"))
     totals = totals_line(d.totals)
     if totals:
         out.append(Line(totals))
@@ -67,16 +71,16 @@ def filters_note(filters: tuple[Optional[str], Optional[str]]) -> Optional[str]:
     )
 
 
-def hidden_note(hidden: tuple[bool, bool]) -> Optional[str]:
-    """One report with ``-a`` and one without: its private names and ``Out[n]`` rows are not
-    new or freed, only shown in one of them."""
+def hidden_note(hidden: tuple[bool, bool], made_by: str = "scan") -> Optional[str]:
+    """One report with ``-a`` (``include_hidden=True``) and one without: its private names
+    and ``Out[n]`` rows are not new or freed, only shown in one of them."""
     before, after = hidden
     if before == after:
         return None
     which = "the previous report" if before else "this one"
     return (
-        f"({which} also showed _private names and Out[n] (-a): rows only one report shows "
-        "come out as new or freed)"
+        f"({which} also showed _private names and Out[n] ({advice(SHOWS_HIDDEN, made_by)}): "
+        "rows only one report shows come out as new or freed)"
     )
 
 
