@@ -1,8 +1,8 @@
 """Putting tensors on the emulated GPU, and taking them off.
 
 A TorchFunctionMode sees every torch call before dispatch: factories with ``device="cuda"``,
-``.to(...)``, ``.cuda()``, ``.cpu()``, and the RNN entry points (whose device check, in
-RNN.cpp, runs above the ops we see in ``__torch_dispatch__``). Moves between devices are
+``.to(...)``, ``.cuda()``, ``.cpu()``, and the RNN and packed-sequence entry points
+(:mod:`._rnn`). Moves between devices are
 copies of the CPU tensors recorded by autograd, so gradients flow back to the device they
 came from.
 """
@@ -15,7 +15,7 @@ import torch
 import torch.utils._device
 from torch.overrides import TorchFunctionMode
 
-from torchdevmagic.emulate import _pinned, _sizes, _tensor
+from torchdevmagic.emulate import _pinned, _rnn, _sizes, _tensor
 from torchdevmagic.emulate._function import handle
 from torchdevmagic.emulate._grads import relink, unlink
 from torchdevmagic.emulate._memory import released, unpinned
@@ -124,10 +124,7 @@ class PlacementMode(TorchFunctionMode):
             torch.Tensor.is_pinned: _pinned.is_pinned,
         }
         self.handlers[torch.device] = _device_constructor
-        for name in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
-            fn = getattr(torch._C._VariableFunctions, name, None)
-            if fn is not None:
-                self.handlers[fn] = _rnn
+        self.handlers.update(_rnn.handlers())
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
@@ -240,24 +237,6 @@ def _non_blocking(rest: Any, kwargs: dict[str, Any]) -> bool:
         return bool(kwargs["non_blocking"])
     pos = [a for a in rest if not isinstance(a, (str, torch.device, torch.dtype, torch.Tensor))]
     return bool(pos[0]) if pos and isinstance(pos[0], bool) else False
-
-
-def _rnn(func: Any, args: Any, kwargs: Any) -> Any:
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    # RNN.cpp check_attributes: hidden states first, then the weights, against the input.
-    x, hx, params = args[0], args[1], args[2]
-    if isinstance(hx, torch.Tensor) and isinstance(params, torch.Tensor):
-        x, params, hx = args[0], args[2], args[3]  # the packed-sequence overload
-    dev = device_of(x)
-    hiddens = [hx] if isinstance(hx, torch.Tensor) else list(hx)
-    for name, group in (("hidden", hiddens), ("parameter", list(params))):
-        for t in group:
-            if isinstance(t, torch.Tensor) and device_of(t) != dev:
-                raise RuntimeError(
-                    f"Input and {name} tensors are not at the same device, found input tensor "
-                    f"at {dev} and {name} tensor at {device_of(t)}"
-                )
-    return func(*args, **kwargs)
 
 
 def swap_standin(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:

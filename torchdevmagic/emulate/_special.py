@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from torchdevmagic.emulate import _rules
+from torchdevmagic.emulate._rnn import not_a_cpu_long
 from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
 
 aten = torch.ops.aten
@@ -60,21 +61,6 @@ def _refresh(self: EmulatedTensor) -> Any:
     return self
 
 
-# c10's ScalarType names, as TORCH_CHECK prints a dtype.
-_SCALAR_NAMES = {
-    torch.int64: "Long",
-    torch.int32: "Int",
-    torch.int16: "Short",
-    torch.int8: "Char",
-    torch.uint8: "Byte",
-    torch.bool: "Bool",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-}
-
-
 def _pack_padded_sequence(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
     """CUDA's kernel wants ``lengths`` on the CPU, even beside an input on the GPU
     (checkLongTensor, aten/src/ATen/native/PackedSequence.cpp), and returns the packed data
@@ -82,11 +68,7 @@ def _pack_padded_sequence(func: Any, args: Any, kwargs: Any, new: Any, device: A
     __tracebackhide__ = True  # IPython and pytest show the caller
     lengths = args[1] if len(args) > 1 else kwargs["lengths"]
     if type(lengths) is EmulatedTensor:
-        dtype = _SCALAR_NAMES.get(lengths.dtype, str(lengths.dtype))
-        raise RuntimeError(
-            "'lengths' argument should be a 1D CPU int64 tensor, but got "
-            f"{lengths.dim()}D {lengths.device} {dtype} tensor"
-        )
+        raise not_a_cpu_long(lengths)
     data, batch_sizes = func(*new[0], **new[1])
     return wrap(data, device), batch_sizes
 
