@@ -180,3 +180,45 @@ def test_free_memory_names_its_own_argument_when_given_a_wrong_holder(shell: Any
     gc.collect()
     assert [p.path for p in shell.user_ns["freed"].dropped] == [f"Out[{key}]"]
     assert ref() is None
+
+
+# ------------------------------------------------------------------------ timing
+
+
+def fake_timer(**kwargs: Any) -> Any:
+    from fake_backend import Clock, FakeBackend
+
+    from torchdevmagic import Timer
+
+    backend = FakeBackend([], **kwargs)
+    return Timer(backend, clock=Clock(), cpu_clock=Clock(), sleep=lambda s: None), backend
+
+
+def test_a_timer_speaks_of_calls_and_keywords_the_magic_of_cells_and_options(shell: Any) -> None:
+    """``Timer`` is the Python API's too: its verdict, cold mark and fault note said "cell",
+    "per run" and "-w 1" (what ``%%cuda_time`` says) to a caller timing a function."""
+    timer, backend = fake_timer(syncs=3)
+    r = timer.measure(lambda: None, n=2, r=2, key="step").result
+    text = r.line() + r.to_html()
+    assert "host syncs inside the function (1.5 per call)" in text
+    assert "cold (first call of this function: the first sample includes start-up; " in text
+    assert "use warmup=1)" in text
+    for words in ("cell", " run", "-w", "-n"):
+        assert words not in text, words
+    timer, backend = fake_timer()
+    m = timer.measure(backend.fault)
+    assert m.result.note is not None and m.result.note.startswith(
+        "the function's GPU work failed (CUDA error: device-side assert triggered); the error "
+        "surfaced after the function returned"
+    )
+    assert "cell" not in m.result.to_text() and "restart Python" in m.result.note
+    # %%cuda_time through the shell keeps its own words
+    magic = shell.magics_manager.registry["CudaTimeMagics"]
+    magic.timer, backend = fake_timer(syncs=3)
+    res = run(shell, "%%cuda_time -o -q -n 2 -r 2 -w 0\nx = 1").result
+    assert "host syncs inside the cell (1.5 per run)" in res.line()
+    assert "cold (first run of this cell: the first sample includes start-up; use -w 1)" in (
+        res.line()
+    )
+    # (its fault note, "the cell's GPU work failed ... restart the kernel": through the shell
+    # in tests/test_cuda_time_gpu_truth.py)

@@ -227,8 +227,10 @@ def test_peak_memory_and_sync_count_reach_the_result() -> None:
     timer, _ = make_timer(FakeBackend(log, syncs=3, peak=3 * 2**30))
     r = timer.measure(logging_fn(log)).result
     assert r.peak_bytes == 3 * 2**30 and r.syncs == 3
-    assert r.verdict == "host syncs inside the cell (3)"
+    assert r.verdict == "host syncs inside the function (3)"  # a Timer times calls
     r = timer.measure(logging_fn(log), n=2, r=2).result  # summed over repeats
+    assert r.syncs == 6 and r.verdict == "host syncs inside the function (1.5 per call)"
+    r = timer.measure(logging_fn(log), n=2, r=2, origin="cell").result  # %%cuda_time's words
     assert r.syncs == 6 and r.verdict == "host syncs inside the cell (1.5 per run)"
     assert "peak 3.0 GiB" in r.line()
 
@@ -245,21 +247,25 @@ def test_graph_capture_is_refused_before_anything_runs() -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("options", "cell", "call"),
     [
-        ({"n": 0}, "-n and -r"),
-        ({"r": -1}, "-n and -r"),
-        ({"warmup": -1}, "-w"),
-        ({"stream": "bogus"}, "--stream"),
-        ({"device": "tpu"}, "unknown device"),
-        ({"device": "cuda:x"}, "bad device index"),
-        ({"device": "cuda:2"}, "cuda:2 does not exist"),
+        ({"n": 0}, "-n and -r", r"^n and r .*\(got n=0, r=1\)"),
+        ({"r": -1}, "-n and -r", r"^n and r .*\(got n=1, r=-1\)"),
+        ({"warmup": -1}, "^-w must", "^warmup must"),
+        ({"stream": "bogus"}, "--stream", "^stream "),
+        ({"device": "tpu"}, "unknown device", "unknown device"),
+        ({"device": "cuda:x"}, "bad device index", "bad device index"),
+        ({"device": "cuda:2"}, "cuda:2 does not exist", "cuda:2 does not exist"),
     ],
 )
-def test_bad_options_raise_value_error(options: dict[str, Any], message: str) -> None:
+def test_bad_options_raise_value_error(options: dict[str, Any], cell: str, call: str) -> None:
+    """In the words of each door: %%cuda_time's options, a Timer's (the API's) keywords."""
     timer, _ = make_timer(FakeBackend([]))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=cell):
+        timer.plan(**options, origin="cell")
+    with pytest.raises(ValueError, match=call) as raised:
         timer.plan(**options)
+    assert "-n" not in str(raised.value) and "--" not in str(raised.value)
 
 
 def test_parse_device() -> None:
@@ -274,9 +280,9 @@ def test_parse_device() -> None:
 def test_device_kind_the_backend_lacks_is_refused_not_timed_on_the_host() -> None:
     timer, _ = make_timer(FakeBackend([], kind="cuda"))
     with pytest.raises(ValueError, match="--device xpu: no XPU device here"):
-        timer.plan(device="xpu")
+        timer.plan(device="xpu", origin="cell")
     with pytest.raises(ValueError, match=r"device=xpu: no XPU device here.*without device="):
-        timer.plan(device="xpu", origin="call")
+        timer.plan(device="xpu")
     assert timer.plan(device="cpu").note is None  # asked for: no apology needed
     gone = FakeBackend([])
     gone.is_available = lambda: False  # type: ignore[method-assign]

@@ -108,7 +108,12 @@ class CudaTimeMagics(Magics):
             )
         try:
             plan = self.timer.plan(
-                n=args.n, r=args.r, warmup=args.w, device=args.device, stream=args.stream
+                n=args.n,
+                r=args.r,
+                warmup=args.w,
+                device=args.device,
+                stream=args.stream,
+                origin="cell",  # its messages name the magic's options (-w, not warmup=)
             )
         except (ValueError, CaptureInProgress) as exc:
             raise UsageError(f"%%cuda_time: {exc}") from None

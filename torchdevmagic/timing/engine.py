@@ -91,6 +91,8 @@ class Timer:
 
     ``backend``: one accelerator backend (tests inject a fake); ``None`` picks the real one
     for the requested device on first use. ``clock``/``cpu_clock``/``sleep`` are the host's.
+    ``origin`` of :meth:`plan`/:meth:`measure` words what it says: "call" (the default, the
+    Python API's keywords and calls), or "cell" (``%%cuda_time``'s options and cells).
     """
 
     def __init__(
@@ -124,7 +126,7 @@ class Timer:
         warmup: Optional[int] = 0,
         device: Optional[str] = None,
         stream: str = "dedicated",
-        origin: str = "cell",
+        origin: str = "call",
     ) -> Plan:
         """:func:`~.plan.make_plan` with this timer's backends."""
         return make_plan(
@@ -173,7 +175,7 @@ class Timer:
         device: Optional[str] = None,
         stream: str = "dedicated",
         key: Optional[str] = None,
-        origin: str = "cell",
+        origin: str = "call",
     ) -> Measurement:
         plan = self.plan(n=n, r=r, warmup=warmup, device=device, stream=stream, origin=origin)
         return self.run(plan, fn, key=source_key(key, plan.device) if key else None)

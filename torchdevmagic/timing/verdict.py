@@ -19,7 +19,24 @@ def _stats(samples: list[float]) -> tuple[float, float, float, float]:
 
 
 LAUNCH_BLOCKING = "CUDA_LAUNCH_BLOCKING=1: every launch waits for the GPU (no verdict)"
-NOTHING_QUEUED = "host ≈ wall: launch-bound, or the cell waits for the GPU itself (synchronize)"
+# What was timed, in the words of the front door (Plan.origin): %%cuda_time times a cell,
+# cuda_time() and Timer a call of a function.
+TIMED = {"cell": "the cell", "call": "the function"}
+UNIT = {"cell": "run", "call": "call"}
+_NOTHING_QUEUED = "host ≈ wall: launch-bound, or {timed} waits for the GPU itself (synchronize)"
+NOTHING_QUEUED = _NOTHING_QUEUED.format(timed=TIMED["cell"])  # what %%cuda_time says
+_FAULT = (
+    "{whose} GPU work failed ({first}); the error surfaced after {timed} returned, so no GPU "
+    "time: CUDA errors are sticky, restart {restart}"
+)
+FAULT = {
+    "cell": {"whose": "the cell's", "timed": "the cell's code", "restart": "the kernel"},
+    "call": {
+        "whose": "the function's",
+        "timed": "the function",
+        "restart": "Python (the kernel, in a notebook)",
+    },
+}
 
 
 def verdict_for(
@@ -29,8 +46,10 @@ def verdict_for(
     runs: int = 1,
     *,
     launch_blocking: bool = False,
+    origin: str = "cell",
 ) -> Optional[str]:
-    """A short reading of the numbers, or ``None`` when they tell nothing clear.
+    """A short reading of the numbers, or ``None`` when they tell nothing clear, in the words
+    of ``origin`` (a timed "cell" or "call").
 
     Event time cannot show an idle GPU (the end event is reached no earlier than it was
     enqueued), so the tell is the tail: how long the device kept working after Python had
@@ -45,14 +64,15 @@ def verdict_for(
     """
     if launch_blocking:
         return LAUNCH_BLOCKING
+    timed = TIMED.get(origin, TIMED["cell"])
     if syncs:
         per_run = syncs / runs
-        count = f"{per_run:g} per run" if runs > 1 else str(syncs)
-        return f"host syncs inside the cell ({count})"
+        count = f"{per_run:g} per {UNIT.get(origin, 'run')}" if runs > 1 else str(syncs)
+        return f"host syncs inside {timed} ({count})"
     if wall_ms <= 0.05:  # too short to read anything into
         return None
     if host_ms >= 0.9 * wall_ms:
-        return NOTHING_QUEUED
+        return _NOTHING_QUEUED.format(timed=timed)
     if host_ms <= 0.5 * wall_ms:
         return "GPU-bound"
     return None
@@ -101,10 +121,7 @@ class Samples:
         result.runs, result.repeats, result.warmup = plan.n, plan.r, plan.warmup
         if self.fault is not None:
             first = (str(self.fault).strip().splitlines() or [type(self.fault).__name__])[0]
-            result.note = (
-                f"the cell's GPU work failed ({first}); the error surfaced after the cell's code "
-                "returned, so no GPU time: CUDA errors are sticky, restart the kernel"
-            )
+            result.note = _FAULT.format(first=first, **FAULT.get(plan.origin, FAULT["cell"]))
         result.gpu_samples_ms, result.host_samples_ms = self.gpus, self.hosts
         result.wall_samples_ms = self.walls
         result.syncs = self.syncs
@@ -129,4 +146,5 @@ class Samples:
                 self.syncs,
                 total_runs,
                 launch_blocking=launch_blocking,
+                origin=plan.origin,
             )
