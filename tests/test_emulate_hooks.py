@@ -244,3 +244,31 @@ def test_a_functions_gradient_on_another_device_fails_as_on_a_gpu(
         _session.stop()
         shell.run_cell("pass")
         shell.InteractiveTB.tb = None
+
+
+# torch.autograd.graph.save_on_cpu's own docstring example keeps a forward's saved
+# activations in pinned CPU memory; its pack hook runs inside the op that saves them, where
+# the placement mode was off, so the pinned torch.empty reached the CPU build's missing
+# pinned allocator ("pin_memory=True requires a CUDA or other accelerator backend").
+SAVE_ON_CPU = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).to(DEVICE)
+x = torch.randn(4, 8, device=DEVICE)
+with torch.autograd.graph.save_on_cpu(pin_memory=PIN):
+    loss = model(x).sum()
+loss.backward()
+grads = [p.grad.cpu() for p in model.parameters()]
+"""
+
+
+def test_save_on_cpu_with_pinned_memory_trains_as_on_the_cpu(emu_shell: Any) -> None:
+    _ok(emu_shell, SAVE_ON_CPU.replace("DEVICE", "'cuda'").replace("PIN", "True"))
+    grads = emu_shell.user_ns["grads"]
+    assert emu_shell.user_ns["model"][0].weight.grad.device == torch.device("cuda:0")
+    _ok(emu_shell, SAVE_ON_CPU.replace("DEVICE", "'cpu'").replace("PIN", "False"))
+    assert all(map(torch.equal, grads, emu_shell.user_ns["grads"]))
+    push = torch._C._autograd._push_saved_tensors_default_hooks
+    _session.stop()  # the stand-in goes with the session
+    assert torch._C._autograd._push_saved_tensors_default_hooks is not push

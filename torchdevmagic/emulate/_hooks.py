@@ -201,3 +201,26 @@ if hasattr(_T, "register_post_accumulate_grad_hook"):
 from torchdevmagic.emulate._grads import _link  # noqa: E402
 from torchdevmagic.emulate._tensor import EmulatedTensor as _EMU  # noqa: E402
 from torchdevmagic.emulate._tensor import inner_of, wrap  # noqa: E402
+
+
+def saved_tensors_standin(push: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """``torch._C._autograd._push_saved_tensors_default_hooks`` while emulating:
+    ``saved_tensors_hooks`` (``save_on_cpu``, offloading) pack and unpack hooks run inside
+    the placement mode. The engine calls them while an op runs on the CPU tensors inside,
+    where the mode is off: ``save_on_cpu(pin_memory=True)``'s pinned ``torch.empty`` would
+    reach the CPU build's missing pinned allocator, and a hook's ``device="cuda"`` the
+    absent CUDA backend. The hooks still see the CPU tensors the graph saves (not emulated
+    ones): a hook that asks ``t.is_cuda`` reads False here."""
+
+    def push_saved_tensors_default_hooks(pack_hook: Any, unpack_hook: Any) -> None:
+        def pack(t: Any) -> Any:
+            with placing():
+                return pack_hook(t)
+
+        def unpack(packed: Any) -> Any:
+            with placing():
+                return unpack_hook(packed)
+
+        push(pack, unpack)
+
+    return push_saved_tensors_default_hooks

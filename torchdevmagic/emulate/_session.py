@@ -15,6 +15,7 @@ import torch
 from torchdevmagic.emulate import (
     _autograd,
     _grads,
+    _hooks,
     _parallel,
     _patches,
     _pinned,
@@ -174,6 +175,9 @@ def _apply(session: Session) -> None:
     # A user's autograd Function records its node in the CPU graph of emulated tensors.
     function = torch.autograd.Function
     p.set(function, "apply", _autograd.apply_standin(function.__dict__["apply"].__func__))
+    autograd = torch._C._autograd
+    push = autograd._push_saved_tensors_default_hooks
+    p.set(autograd, "_push_saved_tensors_default_hooks", _hooks.saved_tensors_standin(push))
     _serialization(p, session.count)
     _collectives(p, session.cuda.Stream)
     p.set(torch, "compile", _patches.compile_standin(torch.compile))
