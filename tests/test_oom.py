@@ -77,6 +77,27 @@ def test_an_old_result_in_out_is_freed_then_the_cell_runs(emu: Any) -> None:
     assert isinstance(emu.user_ns["model"], torch.nn.Linear)
 
 
+def test_asked_through_the_api_the_fix_is_the_apis_and_it_runs(emu: Any) -> None:
+    """``torchdevmagic.diagnose()`` said "Fix: %devices --free", the magic's way (issue 17):
+    asked through the Python API the fix is the API's own, run here as printed."""
+    run(emu, "import sys, torchdevmagic")
+    run(emu, "model = nn.Linear(1024, 16384).to('cuda')")  # 64 MiB
+    run(emu, "x = torch.ones(10240, 1024, device='cuda')")  # 40 MiB
+    run(emu, "model(x)")  # 640 MiB, shown once: Out[n] keeps it
+    body = "feats = torch.empty(512 * MiB // 4, device='cuda')"
+    assert type(run(emu, body).error_in_exec) is OOM_ERROR
+    run(emu, "d = torchdevmagic.diagnose(sys.last_value, globals())")
+    d = emu.user_ns.pop("d")
+    assert d is not None and d.kind == "out_of_memory"
+    assert d.fix == "torchdevmagic.free_memory()"
+    assert "no variable holds" in d.notes[0]
+    assert d.notes[0].endswith("torchdevmagic.free_memory() gives it back")
+    assert "%devices" not in d.to_text() and "%devices" not in d.to_html()
+    assert run(emu, d.fix).error_in_exec is None
+    assert run(emu, body).error_in_exec is None
+    assert isinstance(emu.user_ns["model"], torch.nn.Linear)
+
+
 # pytorch/pytorch#27600's oom(): its frame keeps the layers made so far.
 OOM = (
     OOM_27600

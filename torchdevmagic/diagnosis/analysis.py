@@ -95,9 +95,12 @@ def diagnose(
     user_frame: Optional[cp.UserFramePredicate] = None,
     env_verdict: EnvVerdict = environment_verdict,
     last_traceback: Optional[TracebackType] = None,
+    made_by: str = "diagnose",
 ) -> Optional[Diagnosis]:
     """Explain ``exc`` in terms of the user's own variables, or ``None`` when no rule knows
-    its message. Runs no user code and keeps no reference to frames or tensors."""
+    its message. Runs no user code and keeps no reference to frames or tensors. ``made_by``
+    is the front door asking ("%%devcheck" or the Python API's "diagnose"): a fix that is a
+    tool of ours names that door's (``%devices --free`` or ``torchdevmagic.free_memory()``)."""
     text = rl.error_text(exc)
     match = rl.match_message(text)
     if match is None:
@@ -118,6 +121,7 @@ def diagnose(
                 torch,
                 env_verdict,
                 last_traceback,
+                made_by,
             )
     finally:
         frames.clear()  # break frame references promptly
@@ -252,6 +256,7 @@ def _diagnose(  # noqa: PLR0917 - one call site, all parts of the same analysis
     torch: Any,
     env_verdict: EnvVerdict,
     last_tb: Optional[TracebackType],
+    made_by: str = "diagnose",
 ) -> Diagnosis:
     inner = frames[-1] if frames else None
     values = [v for fr in frames for v in fr.values]
@@ -267,7 +272,8 @@ def _diagnose(  # noqa: PLR0917 - one call site, all parts of the same analysis
             location=fm.location(code, inner.lineno, inner.in_cell_file, namespace),
         )
     handler = _HANDLERS.get(match.kind, generic)
-    return handler(Ctx(match, base, values, frames, namespace, torch, env_verdict, last_tb))
+    ctx = Ctx(match, base, values, frames, namespace, torch, env_verdict, last_tb, made_by)
+    return handler(ctx)
 
 
 _HANDLERS: dict[str, Callable[..., Diagnosis]] = {

@@ -34,6 +34,7 @@ class Ctx:
     torch: Any
     env_verdict: EnvVerdict
     last_tb: Optional[TracebackType]
+    made_by: str = "diagnose"  # the front door asking: "%%devcheck" or the API's diagnose()
 
 
 def device_text(v: cp.Value) -> str:

@@ -3,10 +3,11 @@
 could ever fit, and the fix that makes room.
 
 Everything is read by the scan's own reader (:func:`..scanning.collect`), so the bytes are the
-storage bytes ``%devices`` shows. The fix, in order: ``%devices --free`` when history holders
-pin memory on the device; ``del`` of the biggest variables the failing cell does not use, when
-deleting them frees enough (checked by scanning the namespace without them); otherwise no
-line, and the notes say what to shrink. A request larger than the whole device is a shape
+storage bytes ``%devices`` shows. The fix, in order: ``%devices --free`` (asked by the Python
+API: ``torchdevmagic.free_memory()``) when history holders pin memory on the device; ``del`` of
+the biggest variables the failing cell does not use, when deleting them frees enough (checked
+by scanning the namespace without them); otherwise no line, and the notes say what to
+shrink. A request larger than the whole device is a shape
 bug: no memory can be made for it.
 """
 
@@ -24,7 +25,8 @@ from torchdevmagic.records import Row, Rows
 
 TOP = 3  # biggest variables named
 MAX_DEL = 3  # names one del line may remove
-FREE_FIX = "%devices --free"
+# The way to free what history pins, in the words of the front door asking (Ctx.made_by).
+FREE_FIX = {"%%devcheck": "%devices --free", "diagnose": "torchdevmagic.free_memory()"}
 
 _FORM_SUMMARY = {
     "cuda_error": "the CUDA runtime could not allocate memory on {device}",
@@ -60,6 +62,7 @@ def out_of_memory(c: Ctx) -> Diagnosis:
     capacity = _int(details.get("total_bytes"))
     free = _int(details.get("free_bytes"))
     unallocated = _int(details.get("unallocated_bytes"))
+    free_fix = FREE_FIX.get(c.made_by, FREE_FIX["diagnose"])
     scan = _Scan(c, device)
     biggest = scan.variables()[:TOP]
     pinned = scan.holders()
@@ -78,11 +81,11 @@ def out_of_memory(c: Ctx) -> Diagnosis:
         where = ", ".join(f"{name} {format_bytes(b)}" for name, b in pinned[:4])
         notes.append(
             f"notebook history pins {format_bytes(held)} on {device} that no variable holds "
-            f"({where}): {FREE_FIX} gives it back"
+            f"({where}): {free_fix} gives it back"
         )
     if not too_big:
         freeing_is_enough = pinned and (need is None or held >= need)
-        fix = FREE_FIX if freeing_is_enough else scan.del_fix(need, biggest)
+        fix = free_fix if freeing_is_enough else scan.del_fix(need, biggest)
     if fix is None and not too_big:
         notes.append(_shrink_note(req, free, biggest))
     # PyTorch's own hint says "if reserved but unallocated memory is large": here, when the

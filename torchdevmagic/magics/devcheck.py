@@ -199,7 +199,10 @@ class DevcheckMagics(Magics):
         try:
             try:
                 diagnosis = self._diagnose(
-                    exc, shell.user_ns, last_traceback=getattr(sys, "last_traceback", None)
+                    exc,
+                    shell.user_ns,
+                    last_traceback=getattr(sys, "last_traceback", None),
+                    made_by="%%devcheck",  # its fixes name the magics' ways
                 )
                 self.last = diagnosis
                 self.last_cell = source or _fixing().failing_cell(shell, exc.__traceback__)
