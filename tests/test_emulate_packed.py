@@ -125,7 +125,7 @@ def test_a_packed_rnn_refuses_a_hidden_state_on_the_cpu(emu: Any, kind: str) -> 
 def test_batch_sizes_on_the_gpu_are_refused(emu: Any) -> None:
     data = torch.randn(8, 3, device="cuda")
     sizes = torch.tensor([2, 2, 2, 1, 1], device="cuda")
-    with pytest.raises(ValueError, match="^batch_sizes should always be on CPU"):
+    with pytest.raises(ValueError, match=r"^batch_sizes should always be on CPU"):
         rnn_utils.PackedSequence(data, sizes)  # torch's own check, in Python
     with pytest.raises(RuntimeError) as info:  # the op's (checkLongTensor), below it
         torch._VF._pad_packed_sequence(data, sizes, False, 0.0, -1)
