@@ -37,9 +37,13 @@ def numpy_device(c: Ctx) -> Diagnosis:
         fix, made = stacked
         if made:
             rows = [Culprit(made, odd, "tensors made in the list, on " + odd)]
+        else:  # the list the line hands to NumPy, not the arguments of outer frames
+            rows = [culprit_row(v) for v in culprits if v.kind == "container"] or rows
     else:
         tensors = [v for v in culprits if v.kind == "tensor"]
         fix = fx.numpy_fix(stmt, tensors, base.get("source") or "")
+        if stmt is not None and fix == ast.unparse(stmt):
+            fix = None  # nothing on the line to change: never print the failing line back
     names = ", ".join(r.expression for r in rows) or "the tensor"
     plan = None
     if fix and home is not None:

@@ -54,6 +54,7 @@ class Value:
     split: bool = False  # a module placed across devices on purpose (device_map, pipeline)
     has_to: bool = False  # a container whose class defines .to() (BatchEncoding)
     storage_key: Optional[int] = None  # tensors: the storage's identity (bytes counted once)
+    owner_class: str = ""  # a tensor a Module reads from its class: the class's name
 
 
 @dataclass(frozen=True)

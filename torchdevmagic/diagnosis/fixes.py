@@ -319,6 +319,7 @@ def dtype_literal(dtype: str) -> str:
 
 
 _NUMPY_REDUCTIONS = {"sum", "mean", "max", "min", "prod", "std", "var"}
+_AXIS_REDUCTIONS = {"sum", "mean", "prod"}
 
 
 def numpy_stack_fix(
@@ -342,7 +343,9 @@ def numpy_stack_fix(
                 isinstance(f, ast.Attribute)
                 and isinstance(f.value, ast.Name)
                 and f.value.id in ("np", "numpy")
-                and len(node.args) == 1
+                and node.args
+                # np.sum(xs, 0): an axis is torch's dim for these (max/min return pairs)
+                and (len(node.args) == 1 or f.attr in _AXIS_REDUCTIONS)
             ):
                 return node
             arg = node.args[0]
@@ -356,7 +359,8 @@ def numpy_stack_fix(
                 ast.Attribute(ast.Name("torch", ast.Load()), "stack", ast.Load()), [arg], []
             )
             if f.attr in _NUMPY_REDUCTIONS:
-                return ast.Call(ast.Attribute(stacked, f.attr, ast.Load()), [], node.keywords)
+                reduced = ast.Attribute(stacked, f.attr, ast.Load())
+                return ast.Call(reduced, node.args[1:], node.keywords)
             if f.attr in ("array", "asarray", "stack"):
                 return stacked
             return node

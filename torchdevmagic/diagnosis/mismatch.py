@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Callable, Optional
 
 from torchdevmagic._format import format_dtype, format_shape, plural
+from torchdevmagic.diagnosis import class_attrs as ca
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
@@ -142,6 +143,9 @@ def _mismatch_plan(culprits: list[cp.Value], tracer: Tracer, to_cpu: bool) -> Op
     first = culprits[0]
     if to_cpu:
         return tracer.to_cpu_plan(first)
+    held_by_class = ca.class_fix(culprits, tracer.namespace, tracer.cell_dev)
+    if held_by_class is not None:
+        return Plan(held_by_class)
     if len(culprits) == 1 and first.plain_attribute and not first.expression.startswith("self."):
         fix = together.plain_attribute_fix(first, tracer.cell_dev)
         return Plan(fix) if fix else tracer.plan(first)
@@ -308,7 +312,7 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     if plan is not None and plan.culprit is not None:
         rows, culprits = [culprit_row(plan.culprit)], [plan.culprit]
     notes = [plan.note] if plan is not None and plan.note else []
-    notes += together.plain_attribute_notes(culprits)
+    notes += together.plain_attribute_notes(culprits) + ca.class_notes(culprits)
     summary = _mismatch_summary(match, rows, culprits, target, others, notes)
     shown = {v.object_id for v in culprits}  # a culprit under its inner name too
     if made_here:  # the outer frames' values did not reach the failing line

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from torchdevmagic.diagnosis.class_attrs import class_tensor
 from torchdevmagic.diagnosis.culprits import (
     Value,
     _instance_dict,
@@ -97,6 +98,7 @@ class Resolver:
         self.f_globals = f_globals
         self.torch = torch
         self.plain_ids: set[int] = set()  # tensors found in a Module's instance __dict__
+        self.class_ids: dict[int, str] = {}  # tensors a Module reads from its class: its name
 
     def resolve(self, node: ast.AST) -> Any:
         if isinstance(node, ast.Name):
@@ -113,6 +115,10 @@ class Resolver:
             value = static_attr(base, node.attr, self.torch)
             if is_module(base, self.torch) and node.attr in _instance_dict(base):
                 self.plain_ids.add(id(value))
+            elif value is _MISSING and is_module(base, self.torch):
+                held = class_tensor(base, node.attr)
+                if held is not None:
+                    value, self.class_ids[id(held[0])] = held
             return value
         if isinstance(node, ast.Subscript):
             base = self.resolve(node.value)
@@ -182,6 +188,9 @@ def values_in_statement(
                 described = describe(
                     value, ast.unparse(node), resolver.torch, id(value) in resolver.plain_ids
                 )
+                owner = resolver.class_ids.get(id(value), "")
+                if described is not None and owner:
+                    described = replace(described, owner_class=owner)
             if described is not None or not isinstance(node, (ast.Attribute, ast.Subscript)):
                 break
             node = node.value

@@ -1,0 +1,262 @@
+# ruff: noqa: E501 - the users' code keeps its own long lines
+"""%%devcheck on more device bugs from real reports, on the emulated GPU through a real shell:
+the cell fails with PyTorch's CUDA message, the printed fix is applied where the tool says (run
+before the cell, or a line of the user's function replaced), and the cell then runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SAME_DEVICE = (
+    "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+)
+
+
+def _fails(shell: Any, setup: str, call: str, exc: type, message: str) -> Any:
+    assert shell.run_cell(setup).error_in_exec is None
+    err = shell.run_cell("%%devcheck\n" + call).error_in_exec
+    assert type(err) is exc and str(err) == message, err
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d is not None and d.fix, d
+    return d
+
+
+def _edited(source: str, d: Any) -> str:
+    """``source`` with line ``d.fix_lineno`` replaced by the fix, indented like that line."""
+    lines = source.splitlines()
+    at = lines[d.fix_lineno - 1]
+    lines[d.fix_lineno - 1] = at[: len(at) - len(at.lstrip())] + d.fix
+    return "\n".join(lines) + "\n"
+
+
+# A normalisation layer whose mean and std are class attributes, the pattern of the
+# "model.cuda() fails to move tensors" reports (openillumi.com/en/en-pytorch-cuda-tensor-not-transfer-fix,
+# stackoverflow 60908827): Module.to() moves no class attribute, so forward reads CPU tensors.
+NORMALIZE = """import torch, torch.nn as nn
+class Normalize(nn.Module):
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    def forward(self, x):
+        return (x - self.mean) / self.std
+device = "cuda"
+model = nn.Sequential(Normalize(), nn.Conv2d(3, 4, 3)).to(device)
+images = torch.rand(2, 3, 8, 8, device=device)
+"""
+
+
+def test_tensors_a_module_reads_from_its_class_are_moved_on_the_class(emu_shell: Any) -> None:
+    """Before: no culprit and no fix ("none of the names on this line holds the odd tensor")."""
+    d = _fails(emu_shell, NORMALIZE, "out = model(images)", RuntimeError, SAME_DEVICE)
+    assert [c.expression for c in d.culprits] == ["model[0].mean", "model[0].std"]
+    assert (
+        d.fix
+        == "Normalize.mean, Normalize.std = Normalize.mean.to(device), Normalize.std.to(device)"
+    )
+    assert d.fix_lineno is None  # run before the cell
+    assert any("of class Normalize" in n and "register_buffer('mean'" in n for n in d.notes)
+    assert emu_shell.run_cell(d.fix).error_in_exec is None
+    assert emu_shell.run_cell("out = model(images)").error_in_exec is None
+    assert emu_shell.user_ns["out"].device.type == "cuda"
+
+
+# xiaxin1998/DHCN#14 (model.py, HyperConv.forward): np.sum over the list of layer outputs,
+# which live on the GPU, inside the module's own forward.
+HYPERCONV = """import numpy as np
+import torch
+from torch.nn import Module
+class HyperConv(Module):
+    def __init__(self, layers, emb_size=100):
+        super(HyperConv, self).__init__()
+        self.emb_size = emb_size
+        self.layers = layers
+    def forward(self, adjacency, embedding):
+        item_embeddings = embedding
+        item_embedding_layer0 = item_embeddings
+        final = [item_embedding_layer0]
+        for i in range(self.layers):
+            item_embeddings = torch.mm(adjacency, item_embeddings)
+            final.append(item_embeddings)
+        item_embeddings = np.sum(final, 0)
+        return item_embeddings
+hyper = HyperConv(2, emb_size=4).cuda()
+adjacency = torch.eye(5).cuda()
+embedding = torch.randn(5, 4).cuda()
+"""
+
+
+def test_numpy_over_a_list_of_gpu_tensors_in_forward_stays_in_torch(emu_shell: Any) -> None:
+    """Before: the culprits were the call's arguments and the fix printed the failing line
+    back unchanged (``np.sum(final, 0)`` has an axis, which the stack rewrite refused)."""
+    call = "item_embeddings_hg = hyper(adjacency, embedding)"
+    d = _fails(
+        emu_shell,
+        HYPERCONV,
+        call,
+        TypeError,
+        "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+        "to host memory first.",
+    )
+    assert [c.expression for c in d.culprits] == ["final"]
+    assert d.fix == "item_embeddings = torch.stack(final).sum(0)"
+    assert (d.fix_lineno, d.fix_insert) == (16, False)
+    assert d.fix_scope.startswith("HyperConv.forward (")
+    assert emu_shell.run_cell(_edited(HYPERCONV, d)).error_in_exec is None
+    assert emu_shell.run_cell(call).error_in_exec is None
+    emb = emu_shell.user_ns["embedding"]
+    expected = emb + emb + emb  # adjacency is the identity: three equal layers
+    assert torch.allclose(emu_shell.user_ns["item_embeddings_hg"].cpu(), expected.cpu())
+
+
+# thesouther/MARL#2 (QMIX/agent.py, policy.py, NN.py): init_hidden makes the policy's
+# eval_hidden on the CPU, choose_action slices it and the GRUCell of DRQN.forward reads it.
+# Worked before this change; kept for the pattern (a slice of a plain object's tensor).
+QMIX = """import numpy as np
+import torch, torch.nn as nn
+import torch.nn.functional as F
+class Conf:
+    device = torch.device("cuda")
+    n_actions, n_agents, obs_shape, drqn_hidden_dim = 4, 3, 6, 8
+    last_action, reuse_network = True, True
+class DRQN(nn.Module):
+    def __init__(self, input_shape, conf):
+        super(DRQN, self).__init__()
+        self.conf = conf
+        self.fc1 = nn.Linear(input_shape, conf.drqn_hidden_dim)
+        self.rnn = nn.GRUCell(conf.drqn_hidden_dim, conf.drqn_hidden_dim)
+        self.fc2 = nn.Linear(conf.drqn_hidden_dim, conf.n_actions)
+    def forward(self, obs, hidden_state):
+        x = F.relu(self.fc1(obs))
+        h_in = hidden_state.reshape(-1, self.conf.drqn_hidden_dim)
+        h = self.rnn(x, h_in)
+        q = self.fc2(h)
+        return q, h
+class QMIX:
+    def __init__(self, conf):
+        self.conf = conf
+        self.device = self.conf.device
+        self.n_agents = self.conf.n_agents
+        input_shape = self.conf.obs_shape + self.conf.n_actions + self.n_agents
+        self.eval_drqn_net = DRQN(input_shape, self.conf).to(self.device)
+        self.eval_hidden = None
+    def init_hidden(self, episode_num):
+        self.eval_hidden = torch.zeros((episode_num, self.n_agents, self.conf.drqn_hidden_dim))
+class Agents:
+    def __init__(self, conf):
+        self.conf = conf
+        self.device = conf.device
+        self.n_agents = conf.n_agents
+        self.policy = QMIX(conf)
+    def choose_action(self, obs, last_action, agent_num, availible_actions, epsilon, evaluate=False):
+        inputs = obs.copy()
+        availible_actions_idx = np.nonzero(availible_actions)[0]
+        agents_id = np.zeros(self.n_agents)
+        agents_id[agent_num] = 1.
+        if self.conf.last_action:
+            inputs = np.hstack((inputs, last_action))
+        if self.conf.reuse_network:
+            inputs = np.hstack((inputs, agents_id))
+        hidden_state = self.policy.eval_hidden[:, agent_num, :]
+        inputs = torch.tensor(inputs, dtype=torch.float32).unsqueeze(0).to(self.device)
+        availible_actions = torch.tensor(availible_actions, dtype=torch.float32).unsqueeze(0).to(self.device)
+        q_value, self.policy.eval_hidden[:, agent_num, :] = self.policy.eval_drqn_net(inputs, hidden_state)
+        q_value[availible_actions == 0.0] = -float("inf")
+        action = torch.argmax(q_value)
+        return action
+agents = Agents(Conf())
+agents.policy.init_hidden(1)
+obs = np.random.rand(6)
+last_action = np.zeros(4)
+avail = np.array([1, 1, 0, 1])
+"""
+
+
+def test_a_slice_of_a_plain_objects_hidden_state_is_moved_where_the_cell_reads_it(
+    emu_shell: Any,
+) -> None:
+    call = "action = agents.choose_action(obs, last_action, 0, avail, 0.1)"
+    d = _fails(
+        emu_shell,
+        QMIX,
+        call,
+        RuntimeError,
+        "Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
+        "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)",
+    )
+    assert [c.expression for c in d.culprits] == ["h_in"]
+    assert d.fix == "h = self.rnn(x, h_in.to(obs.device))"
+    assert d.fix_scope.startswith("DRQN.forward (")
+    assert emu_shell.run_cell(_edited(QMIX, d)).error_in_exec is None
+    assert emu_shell.run_cell(call).error_in_exec is None
+
+
+# LiQiufu/WaveCNet#9 (DWT_IDWT/DWT_IDWT_layer.py): DWT_2D_tiny builds its matrices on the GPU
+# when CUDA is there, and the failing matmul is in an autograd Function's forward; the
+# input was left on the CPU. Worked before this change; kept for the pattern.
+DWT = """import math
+import numpy as np
+import torch
+from torch.nn import Module
+from torch.autograd import Function
+class DWTFunction_2D_tiny(Function):
+    @staticmethod
+    def forward(ctx, input, matrix_Low_0, matrix_Low_1, matrix_High_0, matrix_High_1):
+        ctx.save_for_backward(matrix_Low_0, matrix_Low_1, matrix_High_0, matrix_High_1)
+        L = torch.matmul(matrix_Low_0, input)
+        LL = torch.matmul(L, matrix_Low_1)
+        return LL
+class DWT_2D_tiny(Module):
+    def __init__(self):
+        super(DWT_2D_tiny, self).__init__()
+        self.band_low = [0.7071067811865476, 0.7071067811865476]
+        self.band_length = 2
+        self.band_length_half = 1
+    def get_matrix(self):
+        L1 = np.max((self.input_height, self.input_width))
+        L = math.floor(L1 / 2)
+        matrix_h = np.zeros((L, L1 + self.band_length - 2))
+        index = 0
+        for i in range(L):
+            for j in range(self.band_length):
+                matrix_h[i, index + j] = self.band_low[j]
+            index += 2
+        matrix_h_0 = matrix_h[0:(math.floor(self.input_height / 2)), 0:(self.input_height + self.band_length - 2)]
+        matrix_h_1 = np.transpose(matrix_h[0:(math.floor(self.input_width / 2)), 0:(self.input_width + self.band_length - 2)])
+        if torch.cuda.is_available():
+            self.matrix_low_0 = torch.Tensor(matrix_h_0).cuda()
+            self.matrix_low_1 = torch.Tensor(matrix_h_1).cuda()
+            self.matrix_high_0 = torch.Tensor(matrix_h_0).cuda()
+            self.matrix_high_1 = torch.Tensor(matrix_h_1).cuda()
+        else:
+            self.matrix_low_0 = torch.Tensor(matrix_h_0)
+            self.matrix_low_1 = torch.Tensor(matrix_h_1)
+            self.matrix_high_0 = torch.Tensor(matrix_h_0)
+            self.matrix_high_1 = torch.Tensor(matrix_h_1)
+    def forward(self, input):
+        assert len(input.size()) == 4
+        self.input_height = input.size()[-2]
+        self.input_width = input.size()[-1]
+        self.get_matrix()
+        return DWTFunction_2D_tiny.apply(input, self.matrix_low_0, self.matrix_low_1, self.matrix_high_0, self.matrix_high_1)
+dwt = DWT_2D_tiny()
+image = torch.rand(1, 3, 8, 8)
+"""
+
+
+def test_an_input_left_on_the_cpu_of_an_autograd_function_is_moved(emu_shell: Any) -> None:
+    d = _fails(
+        emu_shell,
+        DWT,
+        "lfc = dwt(image)",
+        RuntimeError,
+        "Expected all tensors to be on the same device, but got mat2 is on cpu, different from "
+        "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_bmm)",
+    )
+    assert [c.expression for c in d.culprits] == ["image"]
+    assert d.fix == 'image = image.to("cuda:0")' and d.fix_lineno is None
+    assert emu_shell.run_cell(d.fix).error_in_exec is None
+    assert emu_shell.run_cell("lfc = dwt(image)").error_in_exec is None
+    assert emu_shell.user_ns["lfc"].shape == (1, 3, 4, 4)
