@@ -33,9 +33,10 @@ def _edited(source: str, d: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-# A normalisation layer whose mean and std are class attributes, the pattern of the
-# "model.cuda() fails to move tensors" reports (openillumi.com/en/en-pytorch-cuda-tensor-not-transfer-fix,
-# stackoverflow 60908827): Module.to() moves no class attribute, so forward reads CPU tensors.
+# A normalisation layer whose mean and std are class attributes. No public report of this
+# exact pattern was found (the searched reports, e.g. stackoverflow 60908827, hold the tensor
+# on the instance): the case is written here. Module.to() moves no class attribute, so
+# forward reads CPU tensors.
 NORMALIZE = """import torch, torch.nn as nn
 class Normalize(nn.Module):
     mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
