@@ -118,15 +118,59 @@ def test_a_look_below_that_runs_out_says_so(shell: Any, monkeypatch: Any) -> Non
     ) in str(report)
 
 
-def test_the_item_cap_says_how_to_raise_it(shell: Any, capsys: Any) -> None:
-    run(shell, "import torch\nwide = list(range(100_000)) + [torch.zeros(3)]")
+def test_the_item_cap_names_the_way_of_its_front_door(shell: Any, capsys: Any) -> None:
+    """The cap's footer told %devices users "scan(max_items=...) raises it": the magic had
+    no such option. Now %devices names its --max-items and scan() its keyword; each way,
+    taken, finds the tensor past the cap and leaves no footer."""
+    run(shell, "import torch, torchdevmagic\nwide = list(range(100_000)) + [torch.zeros(3)]")
     capsys.readouterr()
     run(shell, "%devices")
     out = capsys.readouterr().out
     assert "No tensors, modules or optimizers found in what could be inspected." in out
     assert (
-        "1 container items not inspected (cap reached in wide; scan(max_items=...) raises it)"
+        "1 container items not inspected (cap reached in wide; %devices --max-items N raises it)"
     ) in out
+    assert "scan(" not in out
+    api = str(run(shell, "torchdevmagic.scan()"))
+    assert "(cap reached in wide; scan(max_items=...) raises it)" in api and "%devices" not in api
+    for line in ("%devices --max-items 100001 -o", "torchdevmagic.scan(max_items=100_001)"):
+        report = run(shell, line)
+        assert [r.path for r in report.rows] == ["wide[100000]"], line
+        assert report.stats.truncated_containers == () and "not inspected" not in str(report)
+
+
+def test_the_object_budget_names_the_way_of_its_front_door(
+    shell: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spent budget said "scan(max_objects=...) raises it" to %devices users too. A
+    default of 4 objects stands in for the 2,000,000 (too many to build in a test)."""
+    from torchdevmagic import scanning
+
+    run(
+        shell,
+        "import torch, torchdevmagic\n" + "\n".join(f"t{i} = torch.zeros(1)" for i in range(10)),
+    )
+    monkeypatch.setattr(scanning, "DEFAULT_MAX_OBJECTS", 4)
+    capsys.readouterr()
+    run(shell, "%devices")
+    out = capsys.readouterr().out
+    assert "not inspected; %devices --max-objects N raises it" in out and "scan(" not in out
+    api = str(run(shell, "torchdevmagic.scan(max_objects=4)"))
+    assert "not inspected; scan(max_objects=...) raises it" in api and "%devices" not in api
+    for line in ("%devices --max-objects 100 -o", "torchdevmagic.scan(max_objects=100)"):
+        report = run(shell, line)
+        assert len(report.rows) == 10 and report.stats.unvisited_objects == 0, line
+        assert "budget" not in str(report)
+
+
+@pytest.mark.parametrize("option", ["--max-items", "--max-objects"])
+@pytest.mark.parametrize("value", ["x", "0", "-3", "2.5"])
+def test_a_bad_limit_is_one_line(shell: Any, option: str, value: str) -> None:
+    from IPython.core.error import UsageError
+
+    err = shell.run_cell(f"%devices {option} {value}").error_in_exec
+    assert type(err) is UsageError
+    assert str(err) == f"{option} takes a positive whole number, not {value!r}"
 
 
 @pytest.mark.parametrize("depth", [0, 1])

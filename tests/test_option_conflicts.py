@@ -36,6 +36,8 @@ def refused(shell: Any, line: str) -> str:
         ("%devices --env cpu", "--env", "a DEVICE"),
         ("%devices --env --depth 8", "--env", "--depth"),
         ("%devices --free --depth 8", "--free", "--depth"),
+        ("%devices --env --max-items 10", "--env", "--max-items"),
+        ("%devices --free --max-objects 10", "--free", "--max-objects"),
         ("%devices --free -s size", "--free", "--sort"),
         ("%devices --free --top 2", "--free", "--top"),
         ("%devices --free --diff", "--free", "--diff"),

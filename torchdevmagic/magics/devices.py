@@ -34,6 +34,22 @@ def _depth(value: str) -> int:
     return n
 
 
+def _positive(option: str) -> Any:
+    """An argparse ``type`` for a limit of the walk: a whole number of at least 1, or a
+    one-line ``UsageError`` naming ``option``."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise UsageError(f"{option} takes a positive whole number, not {value!r}")
+        return n
+
+    return parse
+
+
 def _scan_only(args: Any) -> dict[str, bool]:
     """Which of the options only a scan reads were typed (--env and --free refuse them)."""
     return {
@@ -42,6 +58,8 @@ def _scan_only(args: Any) -> dict[str, bool]:
         "--top": args.top is not None,
         "--diff": args.diff,
         "--depth": args.depth is not None,
+        "--max-items": args.max_items is not None,
+        "--max-objects": args.max_objects is not None,
     }
 
 
@@ -72,6 +90,20 @@ class DevicesMagics(Magics):
         metavar="N",
         help="walk N levels into containers and objects (default 6)",
     )
+    @argument(
+        "--max-items",
+        type=_positive("--max-items"),
+        default=None,
+        metavar="N",
+        help="inspect N items of each container (default 100000)",
+    )
+    @argument(
+        "--max-objects",
+        type=_positive("--max-objects"),
+        default=None,
+        metavar="N",
+        help="inspect N objects in all (default 2000000)",
+    )
     @argument("--diff", action="store_true", help="what changed since the previous %%devices")
     @argument("--env", action="store_true", help="CUDA environment verdict instead of variables")
     @argument(
@@ -87,8 +119,10 @@ class DevicesMagics(Magics):
     def devices(self, line: str = "") -> Any:
         """Show where your tensors, modules and optimizers live, and what each GPU holds.
 
-        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [--depth N] [-o]
-               %devices [DEVICE] --diff [-a] [--top N] [--depth N] [-o]
+        Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [--depth N]
+                        [--max-items N] [--max-objects N] [-o]
+               %devices [DEVICE] --diff [-a] [--top N] [--depth N] [--max-items N]
+                        [--max-objects N] [-o]
                %devices --env [-o]
                %devices [DEVICE] --free [traceback|Out|Out[N]|_ ...] [-o]
 
@@ -116,6 +150,7 @@ class DevicesMagics(Magics):
             %devices                # everything, biggest first
             %devices cuda:0 --top 10
             %devices --depth 10     # walk deeper nesting than the default 6 levels
+            %devices --max-items 1000000   # look further into a container of a million items
             report = %devices -o    # the report object: report.rows, report.totals()
             %devices --env          # why torch does (not) see the GPU
             %devices --diff         # new, freed, grown, moved since the previous %devices
@@ -133,10 +168,14 @@ class DevicesMagics(Magics):
             "%devices",
             "--diff",
             {"--sort": args.diff and args.sort is not None},
-            "a DEVICE, -a, --top, --depth, -o",
+            "a DEVICE, -a, --top, --depth, --max-items, --max-objects, -o",
         )
         from torchdevmagic.api import scan
-        from torchdevmagic.scanning import DEFAULT_MAX_DEPTH
+        from torchdevmagic.scanning import (
+            DEFAULT_MAX_DEPTH,
+            DEFAULT_MAX_ITEMS,
+            DEFAULT_MAX_OBJECTS,
+        )
 
         report = scan(
             shell.user_ns,
@@ -146,6 +185,8 @@ class DevicesMagics(Magics):
             sort=args.sort or "size",
             top=args.top,
             max_depth=DEFAULT_MAX_DEPTH if args.depth is None else args.depth,
+            max_items=DEFAULT_MAX_ITEMS if args.max_items is None else args.max_items,
+            max_objects=DEFAULT_MAX_OBJECTS if args.max_objects is None else args.max_objects,
         )
         report = replace(report, made_by="%devices")  # its notes name this magic's options
         previous, self._previous = self._previous, report  # kept for the next --diff

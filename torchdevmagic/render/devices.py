@@ -87,6 +87,14 @@ def totals_line(report: DevicesReport) -> str:
 # _names, free what history pins), in the words of the front door that made the report
 # (DevicesReport.made_by): the magic's options, or the Python API's keywords and functions.
 DEEPER = {"%devices": "%devices --depth N goes deeper", "scan": "scan(max_depth=...) goes deeper"}
+MORE_ITEMS = {
+    "%devices": "%devices --max-items N raises it",
+    "scan": "scan(max_items=...) raises it",
+}
+MORE_OBJECTS = {
+    "%devices": "%devices --max-objects N raises it",
+    "scan": "scan(max_objects=...) raises it",
+}
 SHOW_ALL = {"%devices": "--top 0 shows all", "scan": "scan(top=0) shows all"}
 WHY_NO_GPU = {"%devices": "%devices --env tells why", "scan": "check_environment() tells why"}
 SHOW_PRIVATE = {
@@ -111,9 +119,9 @@ def footer_lines(s: ScanStats, hidden_rows: int, made_by: str = "scan") -> list[
         lines.append(f"… {hidden_rows:,} more rows not shown ({show_all})")
     if s.truncated_containers:
         names = ", ".join(s.truncated_containers[:3])
+        more = advice(MORE_ITEMS, made_by)
         lines.append(
-            f"{s.skipped_items:,} container items not inspected (cap reached in {names}; "
-            "scan(max_items=...) raises it)"
+            f"{s.skipped_items:,} container items not inspected (cap reached in {names}; {more})"
         )
     if s.deep_in:
         what = ", ".join(plural(n, kind) for kind, n in s.deep_found)
@@ -131,7 +139,7 @@ def footer_lines(s: ScanStats, hidden_rows: int, made_by: str = "scan") -> list[
     if s.unvisited_objects:
         lines.append(
             f"the scan's object budget ran out: {s.unvisited_objects:,} more objects (and "
-            "anything inside them) not inspected; scan(max_objects=...) raises it"
+            f"anything inside them) not inspected; {advice(MORE_OBJECTS, made_by)}"
         )
     if s.mutated_containers:
         names = name_some(list(s.mutated_containers))
