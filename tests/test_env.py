@@ -89,8 +89,10 @@ def _supported(extra: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in extra.items() if k in inspect.signature(collect_facts).parameters}
 
 
-def verdict(tmp_path: Path, *args: Any, **kwargs: Any) -> EnvReport:
-    return check_environment(facts=gather(tmp_path, *args, **kwargs))
+def verdict(tmp_path: Path, *args: Any, in_ipython: bool = True, **kwargs: Any) -> EnvReport:
+    """The report ``%devices --env`` makes in this world (its lines are for a cell)."""
+    facts = gather(tmp_path, *args, **kwargs)
+    return check_environment(facts=facts, in_ipython=in_ipython)
 
 
 # ------------------------------------------------------------------------ one per verdict

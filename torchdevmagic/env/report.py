@@ -1,7 +1,16 @@
-"""The environment report: verdict, secondary findings and the facts table, in text, HTML, rich."""
+"""The environment report: verdict, secondary findings and the facts table, in text, HTML, rich.
+
+Its fix lines are worded for where they will be pasted (:attr:`EnvReport.in_ipython`): an
+IPython cell (``%devices --env``, or the Python API inside a running IPython shell) gets
+``%pip install ...`` and ``%env NAME=VALUE``; a plain script gets ``python -m pip install ...``
+marked as a shell command and ``os.environ[...] = ...`` (a ``%`` line there is a SyntaxError).
+"""
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -16,7 +25,58 @@ from torchdevmagic._display import (
     text_table,
 )
 from torchdevmagic.env.facts import EnvFacts, collect_facts
-from torchdevmagic.env.verdicts import decide
+from torchdevmagic.env.verdicts import Piece, Pip, Say, SetEnv, Shell, Text, Verdict, decide
+
+# The phrases that name the process, for an IPython cell and for a plain script.
+PHRASES = {
+    "restart": {True: "restart the kernel", False: "restart Python"},
+    "here": {True: "this kernel", False: "this Python"},
+}
+
+
+def words(text: Text, in_ipython: bool, facts: EnvFacts) -> str:
+    """``text`` in the words of where its lines are pasted (see the module's docstring)."""
+    if isinstance(text, str):
+        return text
+    return "".join(_piece(p, in_ipython, facts) for p in text)
+
+
+def _piece(piece: Piece, ipython: bool, f: EnvFacts) -> str:
+    if isinstance(piece, str):
+        return piece
+    if isinstance(piece, Say):
+        return PHRASES[piece.what][ipython]
+    if isinstance(piece, Pip):
+        if ipython:
+            return "`" + " ".join(["%pip install", *piece.args]) + "`"
+        python = _shell_word(f.python_executable or "python", f.platform)
+        return "`" + " ".join([python, "-m pip install", *piece.args]) + "` in a shell"
+    if isinstance(piece, SetEnv):
+        if ipython:
+            return f"`%env {piece.name}={piece.value}`"
+        # One line that pastes anywhere in a script: the import comes with it.
+        name, value = json.dumps(piece.name), json.dumps(piece.value)
+        return f"`import os; os.environ[{name}] = {value}` before torch initialises CUDA"
+    if isinstance(piece, Shell):
+        return f"`!{piece.command}`" if ipython else f"`{piece.command}` in a shell"
+    raise TypeError(f"not a piece of a verdict's words: {piece!r}")  # pragma: no cover
+
+
+def _shell_word(path: str, platform: str) -> str:
+    """``path`` as one word of a shell command line (cmd.exe quotes with double quotes)."""
+    if platform.startswith("win"):
+        return f'"{path}"' if " " in path else path
+    return shlex.quote(path)
+
+
+def ipython_running() -> bool:
+    """Whether an IPython shell runs in this process (looked up, never imported: a script
+    that never started one has none, and a ``%`` line would be a SyntaxError there)."""
+    get = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    try:
+        return callable(get) and get() is not None
+    except Exception:
+        return False
 
 
 def _fact_rows(f: EnvFacts) -> dict[str, str]:
@@ -66,14 +126,30 @@ def _fact_rows(f: EnvFacts) -> dict[str, str]:
 # repr=False: a dataclass __repr__ would win over Displayable._repr_pretty_ in IPython.
 @dataclass(frozen=True, repr=False)
 class EnvReport(Displayable):
-    """The verdict (``code``, ``headline``, ``fix``), secondary findings and the facts."""
+    """The verdict (``code``, ``headline``, ``fix``), secondary findings (``also``) and the
+    facts. ``in_ipython``: its lines are for an IPython cell, not for a script and a shell."""
 
-    code: str
-    headline: str
-    fix: str
-    also: tuple[str, ...]
+    verdict: Verdict
+    notes: tuple[Text, ...]  # the secondary findings, as data (``also`` is their words)
     facts: dict[str, str]
     raw: EnvFacts
+    in_ipython: bool = False
+
+    @property
+    def code(self) -> str:
+        return self.verdict.code
+
+    @property
+    def headline(self) -> str:
+        return words(self.verdict.headline, self.in_ipython, self.raw)
+
+    @property
+    def fix(self) -> str:
+        return words(self.verdict.fix, self.in_ipython, self.raw)
+
+    @property
+    def also(self) -> tuple[str, ...]:
+        return tuple(words(n, self.in_ipython, self.raw) for n in self.notes)
 
     @property
     def ok(self) -> bool:
@@ -94,6 +170,7 @@ class EnvReport(Displayable):
             "also": list(self.also),
             "facts": dict(self.facts),
             "raw": asdict(self.raw),
+            "in_ipython": self.in_ipython,
         }
 
     def to_text(self) -> str:
@@ -135,8 +212,15 @@ class EnvReport(Displayable):
         return Group(*parts)
 
 
-def check_environment(*, facts: Optional[EnvFacts] = None) -> EnvReport:
-    """The verdict for this machine (or for ``facts``, when given)."""
+def check_environment(
+    *, facts: Optional[EnvFacts] = None, in_ipython: Optional[bool] = None
+) -> EnvReport:
+    """The verdict for this machine (or for ``facts``, when given).
+
+    ``in_ipython`` says where its fix lines will be pasted: an IPython cell (``%pip install``,
+    ``%env``) or a plain script (``os.environ[...]``) and a shell (``python -m pip install``).
+    By default, whether an IPython shell is running in this process."""
     facts = facts if facts is not None else collect_facts()
     verdict, also = decide(facts)
-    return EnvReport(verdict.code, verdict.headline, verdict.fix, also, _fact_rows(facts), facts)
+    ipython = ipython_running() if in_ipython is None else in_ipython
+    return EnvReport(verdict, also, _fact_rows(facts), facts, ipython)

@@ -1,10 +1,15 @@
-"""Verdicts: small functions tried in order over :class:`EnvFacts`; the first that applies wins."""
+"""Verdicts: small functions tried in order over :class:`EnvFacts`; the first that applies wins.
+
+A verdict's words are :data:`Text`: a plain string, or a tuple of strings and the pieces below,
+whose words depend on where the line is pasted (an IPython cell, or a script and a shell
+beside it). The pieces are data; :mod:`.report` chooses their words for its door.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from torchdevmagic.env.facts import EnvFacts
 
@@ -12,10 +17,45 @@ SELECTOR = "the install selector on pytorch.org"
 
 
 @dataclass(frozen=True)
+class Pip:
+    """``pip install`` into the Python that runs this, ``args`` after ``install``."""
+
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SetEnv:
+    """Set the environment variable ``name`` to ``value`` in this process."""
+
+    name: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Shell:
+    """A shell command, run beside this Python (``nvidia-smi -L``)."""
+
+    command: str
+
+
+@dataclass(frozen=True)
+class Say:
+    """A phrase that names the process: ``"restart"`` it, ``"here"`` (this kernel/Python)."""
+
+    what: str
+
+
+RESTART = Say("restart")
+HERE = Say("here")
+Piece = Union[str, Pip, SetEnv, Shell, Say]
+Text = Union[str, tuple[Piece, ...]]
+
+
+@dataclass(frozen=True)
 class Verdict:
     code: str
-    headline: str
-    fix: str
+    headline: Text
+    fix: Text
 
 
 def _version_tuple(text: Optional[str]) -> Optional[tuple[int, int]]:
@@ -67,10 +107,12 @@ def _pip_mismatch(f: EnvFacts) -> Optional[Verdict]:
         return None
     return Verdict(
         "pip_mismatch",
-        f"`pip` on PATH installs into {f.pip_python}, but this kernel runs "
-        f"{f.python_executable}: what you pip install does not reach this kernel",
-        "use `%pip install ...` in the notebook (or "
-        f"`{f.python_executable} -m pip install ...`), then restart the kernel",
+        (
+            f"`pip` on PATH installs into {f.pip_python}, but ",
+            HERE,
+            f" runs {f.python_executable}: what you pip install does not reach it",
+        ),
+        ("use ", Pip(("...",)), " instead, then ", RESTART),
     )
 
 
@@ -79,8 +121,8 @@ def _torch_missing(f: EnvFacts) -> Optional[Verdict]:
         return None
     return Verdict(
         "torch_missing",
-        f"torch cannot be imported in this kernel ({f.torch_error})",
-        f"`%pip install torch` (pick the build in {SELECTOR}), then restart the kernel",
+        ("torch cannot be imported in ", HERE, f" ({f.torch_error})"),
+        (Pip(("torch",)), f" (pick the build in {SELECTOR}), then ", RESTART),
     )
 
 
@@ -94,8 +136,12 @@ def _cpu_build_with_driver(f: EnvFacts) -> Optional[Verdict]:
         "cpu_build_with_driver",
         f"torch {f.torch_version} is a CPU-only build, but this machine has an NVIDIA "
         f"driver{driver}{gpus}",
-        f"install a CUDA build of torch for {fits}: `%pip install` with the command from "
-        f"{SELECTOR}, then restart the kernel",
+        (
+            f"install a CUDA build of torch for {fits}: ",
+            Pip(),
+            f" with the arguments of the command from {SELECTOR}, then ",
+            RESTART,
+        ),
     )
 
 
@@ -111,19 +157,31 @@ def _devices_hidden(f: EnvFacts) -> Optional[Verdict]:
     gpus = f" ({present} GPU(s) present)" if present else ""
     # The driver reads the variable once, in cuInit: torch.cuda.is_available() runs cuInit
     # without initialising torch's CUDA state, so "not initialised" is not enough to say "now".
-    when = (
-        "it takes effect now: the CUDA driver is not loaded in this process yet"
+    when: tuple[Piece, ...] = (
+        ("it takes effect now: the CUDA driver is not loaded in this process yet",)
         if f.driver_loaded is False
-        else "then restart the kernel and set it again before anything touches CUDA: the "
-        "driver read the old value when it started in this process"
+        else (
+            "then ",
+            RESTART,
+            " and set it again before anything touches CUDA: the driver read the old value "
+            "when it started in this process",
+        )
         if f.driver_loaded
-        else "restart the kernel and set it before anything touches CUDA (the driver reads it "
-        "once, when it starts)"
+        else (
+            RESTART,
+            " and set it before anything touches CUDA (the driver reads it once, when it starts)",
+        )
     )
     return Verdict(
         "devices_hidden",
         f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU{gpus}: {why}",
-        f"`%env CUDA_VISIBLE_DEVICES=0` (an index or a UUID from `nvidia-smi -L`); {when}",
+        (
+            SetEnv("CUDA_VISIBLE_DEVICES", "0"),
+            " (an index or a UUID from ",
+            Shell("nvidia-smi -L"),
+            "); ",
+            *when,
+        ),
     )
 
 
@@ -148,17 +206,20 @@ def _driver_too_old(f: EnvFacts) -> Optional[Verdict]:
         return None
     gpus = f"the {f.nvml_gpu_count} GPU(s) NVML sees" if f.nvml_gpu_count else "the GPU"
     wheel = wheel_for(have)
-    install = (
-        f"`%pip install torch --index-url {WHEEL_INDEX}/{wheel}` (the {wheel} build, if your "
-        f"torch version has one: see {SELECTOR}), then restart the kernel"
+    install: tuple[Piece, ...] = (
+        (
+            Pip(("torch", "--index-url", f"{WHEEL_INDEX}/{wheel}")),
+            f" (the {wheel} build, if your torch version has one: see {SELECTOR}), then ",
+            RESTART,
+        )
         if wheel
-        else f"a torch build for CUDA {f.driver_cuda} or older from {SELECTOR}"
+        else (f"install a torch build for CUDA {f.driver_cuda} or older from {SELECTOR}",)
     )
     return Verdict(
         "driver_too_old",
         f"the NVIDIA driver {f.driver_version} supports CUDA up to {f.driver_cuda}, but torch "
         f"{f.torch_version} is built for CUDA {f.torch_cuda}: torch cannot use {gpus}",
-        f"install {install}; or update the NVIDIA driver to one for CUDA {f.torch_cuda}",
+        (*install, f"; or update the NVIDIA driver to one for CUDA {f.torch_cuda}"),
     )
 
 
@@ -243,13 +304,18 @@ VERDICTS: tuple[Callable[[EnvFacts], Optional[Verdict]], ...] = (
 )
 
 
-def _also(f: EnvFacts, code: str) -> tuple[str, ...]:
+def _also(f: EnvFacts, code: str) -> tuple[Text, ...]:
     """Secondary findings that are not the verdict but worth one line."""
-    lines = []
+    lines: list[Text] = []
     if f.pip_matches is False and code != "pip_mismatch":
         lines.append(
-            f"`pip` on PATH installs into {f.pip_python}, not this kernel's Python: "
-            "use `%pip install`"
+            (
+                # pip unquoted: every `...` of an also-line or a fix is a line to run
+                f"pip on PATH installs into {f.pip_python}, not into ",
+                HERE,
+                f" ({f.python_executable}): use ",
+                Pip(),
+            )
         )
     need, have = _version_tuple(f.torch_cuda), _version_tuple(f.driver_cuda)
     if need and have and have[0] == need[0] and have < need and f.cuda_built:
@@ -266,7 +332,7 @@ def _also(f: EnvFacts, code: str) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def decide(facts: EnvFacts) -> tuple[Verdict, tuple[str, ...]]:
+def decide(facts: EnvFacts) -> tuple[Verdict, tuple[Text, ...]]:
     for rule in VERDICTS:
         verdict = rule(facts)
         if verdict is not None:

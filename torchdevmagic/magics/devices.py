@@ -208,7 +208,8 @@ class DevicesMagics(Magics):
         refuse_combined("%devices", "--env", {**given, **_scan_only(args)}, "only -o")
         from torchdevmagic.env import check_environment
 
-        return self._finish(check_environment(), args.output)
+        # Its fix lines are pasted into a cell: %pip and %env, not a script's ways.
+        return self._finish(check_environment(in_ipython=True), args.output)
 
     def _free(self, args: Any) -> Any:
         takes = "a DEVICE, holders to drop and -o"
