@@ -22,6 +22,21 @@ def has_finding(shell: Any, code: str) -> bool:
     return any(f.code == code for f in shell.run_line_magic("devices", "-o").findings)
 
 
+def pasted(source: str, d: Any) -> str:
+    """``source`` with the fix pasted where it says, as a user does: before line
+    ``fix_lineno``, or over lines ``fix_lineno`` to ``fix_end_lineno`` (one line when that is
+    None), each line of the fix at the indentation of the first line it meets."""
+    lines = source.splitlines()
+    at = lines[d.fix_lineno - 1]
+    indent = at[: len(at) - len(at.lstrip())]
+    new = [indent + line if line else line for line in d.fix.split("\n")]
+    if d.fix_insert:
+        lines[d.fix_lineno - 1 : d.fix_lineno - 1] = new
+    else:
+        lines[d.fix_lineno - 1 : d.fix_end_lineno or d.fix_lineno] = new
+    return "\n".join(lines)
+
+
 def fails_then_fixed(
     shell: Any, setup: str, body: str, message: str, exc: type = RuntimeError
 ) -> Any:
@@ -40,14 +55,7 @@ def fails_then_fixed(
         assert shell.run_cell(d.fix).error_in_exec is None, d.fix
         fixed = cell
     else:
-        lines = cell.splitlines()
-        at = lines[d.fix_lineno - 1]
-        line = at[: len(at) - len(at.lstrip())] + d.fix  # indented like the line it meets
-        if d.fix_insert:
-            lines.insert(d.fix_lineno - 1, line)
-        else:
-            lines[d.fix_lineno - 1] = line
-        fixed = "\n".join(lines)
+        fixed = pasted(cell, d)
     again = shell.run_cell(fixed)
     assert again.error_in_exec is None, (d.fix, again.error_in_exec)
     return d

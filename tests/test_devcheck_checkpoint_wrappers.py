@@ -74,7 +74,7 @@ def test_a_loader_that_takes_map_location_gets_it(shell: Any, library: Any, tmp_
     d = fails_then_fixed(
         shell, setup(shell, tmp_path), "load_checkpoint(model, checkpoint_file)", MESSAGE
     )
-    assert d.fix == "load_checkpoint(model, checkpoint_file, map_location='cpu')"
+    assert d.fix == 'load_checkpoint(model, checkpoint_file, map_location="cpu")'
     assert d.fix_lineno == 2  # the cell's own line, after %%devcheck
     weights = shell.user_ns["model"].weight
     assert weights.device.type == "cpu" and weights.abs().sum() > 0

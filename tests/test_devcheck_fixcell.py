@@ -83,10 +83,18 @@ def test_a_statement_over_several_lines_is_replaced_whole(shell: Any, capsys: An
     runs(shell, SETUP)
     cell = "%%devcheck\nif True:\n    w = torch.ones(\n        3, 4\n    )\n    y = model(w)"
     fails(shell, cell)
+    # The user's layout stays: only ``, device=DEVICE`` is new. Before, the statement came back
+    # on one line from ast.unparse, and the fix said "replaces line 3" of a 3-line statement.
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d.fix == "w = torch.ones(\n    3, 4, device=DEVICE\n)"
+    assert (d.fix_lineno, d.fix_end_lineno) == (3, 5)
+    assert d.fix_text() == (
+        "Fix:  w = torch.ones(\n          3, 4, device=DEVICE\n      )\n      (replaces lines 3-5)"
+    )
     corrected, out = fix_cell(shell, capsys)
-    assert (
-        corrected
-        == "%%devcheck\nif True:\n    w = torch.ones(3, 4, device=DEVICE)\n    y = model(w)"
+    assert corrected == (
+        "%%devcheck\nif True:\n    w = torch.ones(\n        3, 4, device=DEVICE\n    )\n"
+        "    y = model(w)"
     )
     assert "(lines 3-5 replaced)" in out
     runs(shell, corrected)
@@ -330,14 +338,15 @@ def test_device_side_assert_fix_is_run_and_takes_effect(shell: Any, monkeypatch:
 @pytest.mark.parametrize(
     ("line", "fixed"),
     [
-        # The "cuda" literal of a .to() and of a device= keyword, rewritten to fall back.
+        # The "cuda" literal of a .to() and of a device= keyword, rewritten to fall back; the
+        # rest of the line as typed (before: ast.unparse's quotes and spacing everywhere).
         (
             't = torch.randn(3).to("cuda")',
-            "t = torch.randn(3).to('cuda' if torch.cuda.is_available() else 'cpu')",
+            't = torch.randn(3).to("cuda" if torch.cuda.is_available() else "cpu")',
         ),
         (
-            'z = torch.zeros(2, device="cuda")',
-            "z = torch.zeros(2, device='cuda' if torch.cuda.is_available() else 'cpu')",
+            'z = torch.zeros(2,device="cuda")  # on the GPU',
+            'z = torch.zeros(2,device="cuda" if torch.cuda.is_available() else "cpu")',
         ),
     ],
 )
@@ -350,7 +359,7 @@ def test_cuda_literals_on_a_machine_without_cuda(
     d = shell.run_line_magic("devcheck", "-o")
     assert d.kind == "no_cuda" and d.fix == fixed
     corrected, _ = fix_cell(shell, capsys)
-    assert corrected == f"%%devcheck\n{fixed}"
+    assert corrected == f"%%devcheck\n{fixed}{line[line.find('  #') :] if '  #' in line else ''}"
     runs(shell, corrected)
 
 

@@ -15,6 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fixrun import pasted  # noqa: E402
+
 
 def _fails(shell: Any, setup: str, call: str, message: str) -> Any:
     assert shell.run_cell(setup).error_in_exec is None
@@ -26,15 +28,8 @@ def _fails(shell: Any, setup: str, call: str, message: str) -> Any:
 
 
 def _edited(source: str, d: Any) -> str:
-    """``source`` with the fix put in at line ``d.fix_lineno``, indented like that line."""
-    lines = source.splitlines()
-    at = lines[d.fix_lineno - 1]
-    line = at[: len(at) - len(at.lstrip())] + d.fix
-    if d.fix_insert:
-        lines.insert(d.fix_lineno - 1, line)
-    else:
-        lines[d.fix_lineno - 1] = line
-    return "\n".join(lines) + "\n"
+    """``source`` with the fix put in where it says, indented like the line it meets."""
+    return pasted(source, d) + "\n"
 
 
 # fiftyone's normalize_tensor, as voxel51/fiftyone#6594's review found it: mean and std
@@ -430,7 +425,13 @@ def test_a_loop_variables_dict_is_no_modules_container(emu_shell: Any) -> None:
     )
     assert [c.expression for c in d.culprits] == ["t['boxes']"]
     assert not any("inside a module" in n for n in d.notes)
-    assert d.fix_lineno == 5 and "t['boxes'].to(o.device)" in d.fix  # o: the loop's GPU tensor
+    # o: the loop's GPU tensor. The line as typed, but for the move: before, ast.unparse gave
+    # ``sum((F.l1_loss(o, t['boxes'].to(o.device)) for ...))``, other quotes and a second
+    # pair of parentheses around the generator.
+    assert d.fix == (
+        'return sum(F.l1_loss(o, t["boxes"].to(o.device)) for o, t in zip(outputs, targets))'
+    )
+    assert (d.fix_lineno, d.fix_end_lineno) == (5, None)
     assert emu_shell.run_cell(_edited(BOX_LOSS, d)).error_in_exec is None
     assert emu_shell.run_cell("loss = box_loss(outputs, targets)").error_in_exec is None
 

@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fixrun import pasted  # noqa: E402
+
 SETUP = """
 import torch, torch.nn as nn
 DEVICE = torch.device("meta")
@@ -39,9 +41,7 @@ def apply_fix(shell: Any, cell: str, diagnosis: Any) -> str:
     if diagnosis.fix_lineno is None:
         assert run(shell, diagnosis.fix).error_in_exec is None
         return cell
-    lines = cell.splitlines()
-    lines[diagnosis.fix_lineno - 1] = diagnosis.fix  # traceback lines count the magic line
-    return "\n".join(lines)
+    return pasted(cell, diagnosis)  # traceback lines count the magic line
 
 
 # What .cuda() raises without CUDA: AssertionError on a CPU-only build ("Torch not compiled
@@ -286,7 +286,7 @@ def test_no_cuda_line_rewritten(shell: Any) -> None:
     run(shell, "import torch")
     d = fails_then_fixed(shell, magic("t = torch.randn(3).cuda()"), NO_CUDA_ERRORS)
     assert d.kind == "no_cuda"
-    assert d.fix == "t = torch.randn(3).to('cuda' if torch.cuda.is_available() else 'cpu')"
+    assert d.fix == 't = torch.randn(3).to("cuda" if torch.cuda.is_available() else "cpu")'
 
 
 def test_no_cuda_user_device_variable_redefined(shell: Any) -> None:
@@ -456,7 +456,7 @@ def test_deserialize_without_map_location(shell: Any, tmp_path: Any) -> None:
     run(shell, f"import torch\npath = {str(path)!r}")
     d = fails_then_fixed(shell, magic("state = torch.load(path)"))
     assert d.kind == "deserialize_device"
-    assert d.fix == "state = torch.load(path, map_location='cpu')"
+    assert d.fix == 'state = torch.load(path, map_location="cpu")'
 
 
 def test_diagnose_keeps_no_reference_to_tensors_or_frames() -> None:

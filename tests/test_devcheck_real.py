@@ -24,6 +24,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from _fixrun import pasted
+
 _CASES_PATH = Path(__file__).parent / "data" / "devcheck_real_cases.py"
 _spec = importlib.util.spec_from_file_location("devcheck_real_cases", _CASES_PATH)
 assert _spec is not None and _spec.loader is not None
@@ -71,17 +73,10 @@ class Outcome:
         return self.kind and self.culprit and self.fixed
 
 
-def _indent_of(line: str) -> str:
-    return line[: len(line) - len(line.lstrip())]
-
-
 def _edit(lines: list[str], d: Any) -> list[str]:
-    """Replace (or insert before) line ``fix_lineno`` (1-based) with the fix, indented like it."""
-    i = d.fix_lineno - 1
-    new = _indent_of(lines[i]) + d.fix
-    if getattr(d, "fix_insert", False):
-        return [*lines[:i], new, *lines[i:]]
-    return [*lines[:i], new, *lines[i + 1 :]]
+    """Replace lines ``fix_lineno``-``fix_end_lineno`` (1-based), or insert before
+    ``fix_lineno``, with the fix, indented like the line it meets."""
+    return pasted("\n".join(lines), d).split("\n")
 
 
 def _cell_filename(shell: Any, exc: BaseException) -> Optional[str]:

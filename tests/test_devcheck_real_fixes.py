@@ -231,5 +231,5 @@ def test_a_helper_with_no_device_source_writes_the_device_literal(shell: Any) ->
     # tracing.ref_device's last resort, printed and then run by test_fix_variant above.
     (case,) = [c for c in VARIANTS if c.name == "sampler_file_with_a_global_model"]
     outcome = run_case(shell, case)
-    assert outcome.fix == "z = torch.randn(n, 4, device='meta')", outcome.fix
+    assert outcome.fix == 'z = torch.randn(n, 4, device="meta")', outcome.fix
     assert outcome.solved, outcome.detail

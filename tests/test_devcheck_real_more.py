@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _fixrun import pasted  # noqa: E402
+
 SAME_DEVICE = (
     "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 )
@@ -26,11 +28,8 @@ def _fails(shell: Any, setup: str, call: str, exc: type, message: str) -> Any:
 
 
 def _edited(source: str, d: Any) -> str:
-    """``source`` with line ``d.fix_lineno`` replaced by the fix, indented like that line."""
-    lines = source.splitlines()
-    at = lines[d.fix_lineno - 1]
-    lines[d.fix_lineno - 1] = at[: len(at) - len(at.lstrip())] + d.fix
-    return "\n".join(lines) + "\n"
+    """``source`` with the fix pasted where it says, indented like the line it meets."""
+    return pasted(source, d) + "\n"
 
 
 # A normalisation layer whose mean and std are class attributes. No public report of this

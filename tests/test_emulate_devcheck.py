@@ -320,7 +320,7 @@ def test_devices_grad_tensor_on_the_cpu_fix_runs(emu: Any) -> None:
 
 def test_numpy_of_a_named_gpu_tensor(emu: Any) -> None:
     # tkalayci71/embedding-inspector#22's x.numpy(), the tensor on the GPU: the named tensor
-    # gets .detach().cpu() (fixes.numpy_fix's first form).
+    # gets .detach().cpu() (numpyfix.numpy_fix's first form).
     setup = "import torch\nlogits = torch.randn(3, 2, device='cuda')"
     d = fails_then_fixed(
         emu,
@@ -352,7 +352,7 @@ def test_checkpoint_of_a_second_gpu_loaded_with_one(emu: Any, tmp_path: Any) -> 
         "Attempting to deserialize object on CUDA device 1 but torch.cuda.device_count() is 1. "
         "Please use torch.load with map_location to map your storages to an existing device.",
     )
-    assert d.fix == "state = torch.load(path, map_location='cuda:0')"
+    assert d.fix == 'state = torch.load(path, map_location="cuda:0")'
     assert emu.user_ns["state"]["weight"].device == torch.device("cuda:0")
 
 

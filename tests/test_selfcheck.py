@@ -460,7 +460,7 @@ def test_no_cuda_load_script_with_a_checkpoint_tagged_cuda(tmp_path: Path) -> No
     assert facts["error"].startswith("RuntimeError: Attempting to deserialize object on a CUDA")
     outcome = sc_devcheck.no_cuda_load_outcome(facts)
     assert outcome.status == "PASS", outcome
-    assert outcome.figure.endswith("-> state = torch.load(path, map_location='cpu') (loads on cpu)")
+    assert outcome.figure.endswith('-> state = torch.load(path, map_location="cpu") (loads on cpu)')
     assert sc_devcheck.no_cuda_load_outcome({**facts, "available": True}).status == "FAIL"
     assert (
         sc_devcheck.no_cuda_load_outcome({**facts, "device": None, "after": "E: x"}).status

@@ -120,11 +120,14 @@ def html_table(
     return f'<table style="{_TABLE}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def html_lines(lines: Iterable[tuple[str, Optional[str]]]) -> str:
-    """Short coloured lines (findings, verdicts): ``(text, colour or None)`` pairs."""
+def html_lines(lines: Iterable[tuple[str, Optional[str]]], pre: bool = False) -> str:
+    """Short coloured lines (findings, verdicts): ``(text, colour or None)`` pairs; ``pre``
+    keeps their spaces (code)."""
     out = []
     for text, color in lines:
         style = "margin:1px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px"
+        if pre:
+            style += ";white-space:pre-wrap"
         if color:
             style += f";color:{color}"
         out.append(f'<div style="{style}">{esc(text)}</div>')

@@ -3,7 +3,8 @@ and nothing else changed (``%devcheck fix``).
 
 A fix either runs before the cell (no line: it goes at the top of the cell, after a ``%%``
 line), replaces the statement at its line (its whole span when it runs over several lines,
-indented as it was), or goes before that line. A fix that belongs in an earlier cell or in a
+indented as it was: a fix over several lines has its continuation lines put back at the
+statement's indentation), or goes before that line. A fix that belongs in an earlier cell or in a
 file is not pretended into this one: the result says where it goes. Reads text only.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from torchdevmagic.diagnosis import frames as fm
+from torchdevmagic.diagnosis.splice import indented
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,14 @@ def _replace(lines: list[str], compiled: list[str], stmt: ast.stmt, fix: str) ->
     tail = compiled[last - 1].encode()[stmt.end_col_offset or 0 :].decode()
     alone = not head.strip() and (not tail.strip() or tail.strip().startswith("#"))
     same = lines[first - 1 : last] == compiled[first - 1 : last]
+    indent = _indent(lines[first - 1])
+    new = indented(fix, indent)
     if alone or not same:
-        lines[first - 1 : last] = [_indent(lines[first - 1]) + fix + (tail if alone else "")]
+        new[-1] += tail if alone else ""
     else:
-        lines[first - 1 : last] = [head + fix + tail]
+        new[0] = head + new[0][len(indent) :]
+        new[-1] += tail
+    lines[first - 1 : last] = new
     return f"line {first}" if first == last else f"lines {first}-{last}"
 
 
@@ -88,7 +94,11 @@ def _top(lines: list[str]) -> int:
 
 
 def apply_fix(
-    source: CellSource, fix: str, lineno: Optional[int], insert: bool = False
+    source: CellSource,
+    fix: str,
+    lineno: Optional[int],
+    insert: bool = False,
+    end_lineno: Optional[int] = None,
 ) -> tuple[str, str]:
     """(the corrected cell, what changed). Line numbers are the compiled source's; the raw
     cell is edited when its lines line up with them, else the compiled source is."""
@@ -97,7 +107,7 @@ def apply_fix(
     raw = text.split("\n")
     compiled = source.compiled.rstrip("\n").split("\n")
     lines = raw if len(raw) == len(compiled) else list(compiled)
-    cell, changed = _edit(lines, compiled, source.compiled, fix, lineno, insert)
+    cell, changed = _edit(lines, compiled, source.compiled, fix, (lineno, end_lineno), insert)
     return cell + end, changed
 
 
@@ -106,9 +116,10 @@ def _edit(  # noqa: PLR0917 - the parts of one edit
     compiled: list[str],
     compiled_text: str,
     fix: str,
-    lineno: Optional[int],
+    span: tuple[Optional[int], Optional[int]],
     insert: bool,
 ) -> tuple[str, str]:
+    lineno, end = span
     if lineno is None:
         at = _top(lines)
         lines[at:at] = [fix]
@@ -116,12 +127,14 @@ def _edit(  # noqa: PLR0917 - the parts of one edit
     if not 0 < lineno <= len(lines):
         raise ValueError(f"line {lineno} is not in the cell")
     if insert:
-        lines[lineno - 1 : lineno - 1] = [_indent(lines[lineno - 1]) + fix]
+        lines[lineno - 1 : lineno - 1] = indented(fix, _indent(lines[lineno - 1]))
         return "\n".join(lines), f"line {lineno} added"
     stmt = _statement(compiled_text, lineno)
-    if stmt is None:
-        lines[lineno - 1] = _indent(lines[lineno - 1]) + fix
-        return "\n".join(lines), f"line {lineno} replaced"
+    if stmt is None:  # a compound statement's header: its lines, whole
+        last = max(lineno, min(end or lineno, len(lines)))
+        lines[lineno - 1 : last] = indented(fix, _indent(lines[lineno - 1]))
+        span_text = f"line {lineno}" if last == lineno else f"lines {lineno}-{last}"
+        return "\n".join(lines), f"{span_text} replaced"
     changed = _replace(lines, compiled, stmt, fix)
     return "\n".join(lines), f"{changed} replaced"
 
@@ -137,14 +150,16 @@ def correct(diagnosis: Any, source: Optional[CellSource], namespace: Any = None)
     elsewhere = lineno is not None and (source is None or diagnosis.fix_file != source.filename)
     if elsewhere:
         where = diagnosis.fix_scope or _place(diagnosis.fix_file, lineno, namespace)
-        verb = "insert before" if diagnosis.fix_insert else "replace"
-        return Corrected(
-            None, f"the fix goes in {where}, not in this cell: {verb} that line", where=where
-        )
+        what = "insert before that line"
+        if not diagnosis.fix_insert:
+            end = getattr(diagnosis, "fix_end_lineno", None)
+            what = f"replace lines {lineno}-{end}" if end and end > lineno else "replace that line"
+        return Corrected(None, f"the fix goes in {where}, not in this cell: {what}", where=where)
     if source is None:
         return Corrected(None, "nothing to fix: the failing cell's source is gone")
     try:
-        cell, changed = apply_fix(source, fix, lineno, diagnosis.fix_insert)
+        end = getattr(diagnosis, "fix_end_lineno", None)
+        cell, changed = apply_fix(source, fix, lineno, diagnosis.fix_insert, end)
     except ValueError as exc:
         return Corrected(None, f"cannot apply the fix here: {exc}")
     return Corrected(cell, changed=changed)

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
+from torchdevmagic.diagnosis import numpyfix as nf
 from torchdevmagic.diagnosis import resolve as rs
 from torchdevmagic.diagnosis.mismatch import (
     Ctx,
@@ -18,6 +19,7 @@ from torchdevmagic.diagnosis.mismatch import (
     with_plan,
 )
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis
+from torchdevmagic.diagnosis.splice import Splice
 from torchdevmagic.diagnosis.tracing import Plan, Tracer
 
 
@@ -31,7 +33,7 @@ def numpy_device(c: Ctx) -> Diagnosis:
     home = _frame_naming(culprits, frames) or (frames[-1] if frames else None)
     stmt = home.stmt if home else None
     rows = [culprit_row(v) for v in culprits]
-    stacked = fx.numpy_stack_fix(stmt, [v.local for v in culprits if v.kind == "container"])
+    stacked = nf.numpy_stack_fix(stmt, [v.local for v in culprits if v.kind == "container"])
     fix: Optional[str]
     if stacked is not None:
         fix, made = stacked
@@ -41,15 +43,15 @@ def numpy_device(c: Ctx) -> Diagnosis:
             rows = [culprit_row(v) for v in culprits if v.kind == "container"] or rows
     else:
         tensors = [v for v in culprits if v.kind == "tensor"]
-        fix = fx.numpy_fix(stmt, tensors, base.get("source") or "")
-        if stmt is not None and fix == ast.unparse(stmt):
+        fix = nf.numpy_fix(stmt, tensors, base.get("source") or "")
+        if stmt is not None and fix == Splice(stmt).text():
             fix = None  # nothing on the line to change: never print the failing line back
     names = ", ".join(r.expression for r in rows) or "the tensor"
     plan = None
-    if fix and home is not None:
-        plan = Plan(fix, home.lineno, home.frame.f_code.co_filename)
+    if fix and home is not None and home.stmt is not None:
+        plan = fx.replacing(fix, home.stmt, home.frame.f_code.co_filename)
         if not home.is_cell:
-            plan = Tracer(frames, c.namespace, "cpu").scoped(home, fix, home.lineno)
+            plan = Tracer(frames, c.namespace, "cpu").scoped(home, fix, home.stmt)
     fields = with_plan(dict(base, fix=None), plan)
     return Diagnosis(
         summary=f"{names} lives on {odd}; NumPy can only read CPU memory",
@@ -73,9 +75,7 @@ def numpy_grad(c: Ctx) -> Diagnosis:
     inner = frames[-1] if frames else None
     fix = None
     if inner is not None and inner.stmt is not None:
-        text = ast.unparse(inner.stmt)
-        if ".numpy()" in text:
-            fix = text.replace(".numpy()", ".detach().numpy()")
+        fix = nf.numpy_detached(inner.stmt)
     # The failing line's own cell or file, and its function when it is in one: a fix line
     # number without them points nowhere (%devcheck fix could not apply it).
     return Diagnosis(
@@ -89,11 +89,11 @@ def _line_plan(c: Ctx, fix: Optional[str]) -> Optional[Plan]:
     """``fix`` replaces the failing line of the innermost user frame (a cell, or a function
     in a cell or a .py file: then it says which function)."""
     inner = c.frames[-1] if c.frames else None
-    if fix is None or inner is None:
+    if fix is None or inner is None or inner.stmt is None:
         return None
     if inner.is_cell:
-        return Plan(fix, inner.lineno, inner.frame.f_code.co_filename)
-    return Tracer(c.frames, c.namespace, "cpu").scoped(inner, fix, inner.lineno)
+        return fx.replacing(fix, inner.stmt, inner.frame.f_code.co_filename)
+    return Tracer(c.frames, c.namespace, "cpu").scoped(inner, fix, inner.stmt)
 
 
 def deserialize(c: Ctx) -> Diagnosis:
@@ -128,14 +128,11 @@ def _wrapper_map_location(fr: Any, stmt: ast.stmt, location: str, torch: Any) ->
     """The failing line calls a function that loads the checkpoint (Lightning's
     ``load_from_checkpoint``, a helper of a library): ``map_location=`` added to that call
     when the function's own code names such a parameter. Only the code object is read."""
-    import copy
-
     from torchdevmagic.diagnosis.resolve import MISSING, Resolver, is_reference
 
     f = fr.frame
     resolver = Resolver(f.f_locals, f.f_globals, torch)
-    new = copy.deepcopy(stmt)
-    for node in ast.walk(new):
+    for node in ast.walk(stmt):
         if not isinstance(node, ast.Call) or not is_reference(node.func):
             continue
         if any(k.arg == "map_location" or k.arg is None for k in node.keywords):
@@ -146,9 +143,9 @@ def _wrapper_map_location(fr: Any, stmt: ast.stmt, location: str, torch: Any) ->
             code is not None
             and "map_location" in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         ):
-            value = ast.parse(location, mode="eval").body
-            node.keywords.append(ast.keyword("map_location", value))
-            return ast.unparse(new)
+            sp = Splice(stmt)
+            sp.keyword(node, "map_location", location)
+            return sp.text()
     return None
 
 
@@ -264,7 +261,7 @@ def _workers_off(c: Ctx) -> Optional[str]:
             continue
         workers = (cp._instance_dict(value) or {}).get("num_workers")
         if type(workers) is int and workers > 0 and rs.is_reference(node):
-            return f"{ast.unparse(node)}.num_workers = 0"
+            return f"{Splice(cell.stmt).source(node)}.num_workers = 0"
     return None
 
 

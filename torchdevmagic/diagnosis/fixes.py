@@ -12,6 +12,7 @@ from typing import Any, Optional
 from torchdevmagic._device import Device
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.diagnosis.frames import MOVE_METHODS
+from torchdevmagic.diagnosis.splice import Splice, span
 
 DEVICE_NAMES = ("DEVICE", "device", "dev")
 FALLBACK_DEVICE = '"cuda" if torch.cuda.is_available() else "cpu"'
@@ -28,8 +29,9 @@ CASTS = {"float", "double", "half", "bfloat16", "long", "int", "short", "bool", 
 
 @dataclass(frozen=True)
 class Plan:
-    """Where a fix goes: run before the cell (no lineno), or replace/insert at ``lineno`` of
-    ``file`` (the failing cell, an earlier cell, or a .py file; ``scope`` names a function)."""
+    """Where a fix goes: run before the cell (no lineno), or replace lines ``lineno`` to
+    ``end_lineno`` (a statement over several lines) / insert at ``lineno`` of ``file`` (the
+    failing cell, an earlier cell, or a .py file; ``scope`` names a function)."""
 
     fix: str
     lineno: Optional[int] = None
@@ -38,6 +40,14 @@ class Plan:
     insert: bool = False
     note: str = ""
     culprit: Optional[Value] = None  # what to name instead (the container, not its item)
+    end_lineno: Optional[int] = None  # the last line replaced, when more than ``lineno``
+
+
+def replacing(fix: str, stmt: ast.stmt, file: str, **more: Any) -> Plan:
+    """``fix`` replaces the statement ``stmt`` of ``file``: all its lines (its header's, for a
+    compound statement)."""
+    first, last = span(stmt)
+    return Plan(fix, first, file, end_lineno=last if last > first else None, **more)
 
 
 def device_of(value: Any) -> Optional[str]:
@@ -152,106 +162,96 @@ def _is_torch_factory(call: ast.Call) -> bool:
     )
 
 
-def _dev_node(dev: str) -> ast.expr:
-    return ast.parse(dev, mode="eval").body
-
-
 def corrected_creation(stmt: ast.stmt, name: str, dev: str) -> Optional[str]:
     """``x = torch.randn(3, 4)`` -> ``x = torch.randn(3, 4, device=DEVICE)``;
     ``x.to(dev)`` (result discarded) -> ``x = x.to(dev)`` with the user's own argument when
     it names the target, else ours."""
+    sp = Splice(stmt)
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         call = stmt.value
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr in MOVE_METHODS:
-            moved = ast.unparse(func.value)
-            return f"{name} = {moved}.to({dev})"
+            return f"{name} = {sp.source(func.value)}.to({dev})"
         return None
     if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
         return None
     call = stmt.value
     if _is_torch_factory(call) and not any(k.arg == "device" for k in call.keywords):
-        new = ast.Call(
-            func=call.func,
-            args=call.args,
-            keywords=[*call.keywords, ast.keyword(arg="device", value=_dev_node(dev))],
-        )
-        return f"{ast.unparse(stmt.targets[0])} = {ast.unparse(new)}"
+        sp.keyword(call, "device", dev)
+        return sp.text()
     return None
 
 
-class _CudaRewriter(ast.NodeTransformer):
-    """Replace ``.cuda()`` and ``"cuda"`` device arguments with a fallback expression."""
+def _is_cuda_literal(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.split(":")[0] == "cuda"
+    )
 
-    def __init__(self, dev: str):
-        self.dev = dev
-        self.changed = False
-        self.guard = False  # the line only makes sense with CUDA: run it only then
 
-    def _is_cuda_type(self, node: ast.AST) -> bool:
-        text = node.value if isinstance(node, ast.Constant) else ast.unparse(node)
-        return isinstance(text, str) and ".cuda." in text
+def _cuda_type(node: ast.AST) -> bool:
+    """``"torch.cuda.FloatTensor"`` or ``torch.cuda.FloatTensor``."""
+    text = node.value if isinstance(node, ast.Constant) else ast.unparse(node)
+    return isinstance(text, str) and ".cuda." in text
 
-    def _is_cuda_literal(self, node: ast.AST) -> bool:
-        return (
-            isinstance(node, ast.Constant)
-            and isinstance(node.value, str)
-            and node.value.split(":")[0] == "cuda"
-        )
 
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        """``torch.cuda.FloatTensor`` -> the CPU type when there is no CUDA."""
-        self.generic_visit(node)
-        base = node.value
-        if (
-            node.attr.endswith("Tensor")
-            and isinstance(base, ast.Attribute)
-            and base.attr == "cuda"
-            and isinstance(base.value, ast.Name)
+def _cuda_rewrites(sp: Splice, dev: str) -> tuple[bool, bool]:
+    """(changed, guard): ``.cuda()`` and ``"cuda"`` device arguments become ``dev``,
+    ``torch.cuda.FloatTensor`` falls back to the CPU type, ``set_default_tensor_type`` becomes
+    ``set_default_device``; ``torch.cuda.set_device`` only makes sense with CUDA (guard)."""
+    changed = guard = False
+    skip: set[int] = set()
+    for node in ast.walk(sp.stmt):  # outermost first: a call replaced whole is not entered
+        if id(node) in skip:
+            skip.update(id(n) for n in ast.iter_child_nodes(node))
+            continue
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = ast.unparse(f)
+            if name == "torch.set_default_tensor_type" and node.args and _cuda_type(node.args[0]):
+                sp.replace(node, f"torch.set_default_device({dev})")
+                skip.update(id(n) for n in ast.iter_child_nodes(node))
+                changed = True
+            elif name == "torch.cuda.set_device":
+                guard = changed = True
+                skip.update(id(n) for n in ast.iter_child_nodes(node))
+            elif isinstance(f, ast.Attribute) and f.attr in ("to", "device"):
+                for arg in [*node.args, *(k.value for k in node.keywords if k.arg == "device")]:
+                    if _is_cuda_literal(arg):
+                        sp.replace(arg, dev)
+                        changed = True
+            elif any(k.arg == "device" and _is_cuda_literal(k.value) for k in node.keywords):
+                for k in node.keywords:
+                    if k.arg == "device" and _is_cuda_literal(k.value):
+                        sp.replace(k.value, dev)
+                        changed = True
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr.endswith("Tensor")
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "cuda"
+            and isinstance(node.value.value, ast.Name)
         ):
-            self.changed = True
-            cpu = f"{base.value.id}.{node.attr}"
-            return ast.parse(
-                f"({ast.unparse(node)} if torch.cuda.is_available() else {cpu})", mode="eval"
-            ).body
-        return node
-
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        f = node.func
-        name = ast.unparse(f)
-        if (
-            name == "torch.set_default_tensor_type"
-            and node.args
-            and self._is_cuda_type(node.args[0])
-        ):
-            self.changed = True
-            return _dev_node(f"torch.set_default_device({self.dev})")
-        if name == "torch.cuda.set_device":
-            self.guard = True
-            self.changed = True
-            return node
-        self.generic_visit(node)
-        if isinstance(f, ast.Attribute) and f.attr == "cuda" and not node.args:
-            self.changed = True
-            return ast.Call(
-                func=ast.Attribute(value=f.value, attr="to", ctx=ast.Load()),
-                args=[_dev_node(self.dev)],
-                keywords=[],
-            )
-        new_args = []
-        for arg in node.args:
-            move = isinstance(f, ast.Attribute) and f.attr in ("to", "device")
-            if move and self._is_cuda_literal(arg):
-                self.changed = True
-                new_args.append(_dev_node(self.dev))
-            else:
-                new_args.append(arg)
-        node.args = new_args
-        for k in node.keywords:
-            if k.arg == "device" and self._is_cuda_literal(k.value):
-                self.changed = True
-                k.value = _dev_node(self.dev)
-        return node
+            cpu = f"{node.value.value.id}.{node.attr}"
+            sp.replace(node, f"({sp.source(node)} if torch.cuda.is_available() else {cpu})")
+            changed = True
+    # ``.cuda()`` last and innermost first: the moved text includes what is rewritten inside
+    cudas = [
+        n
+        for n in ast.walk(sp.stmt)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "cuda"
+        and not n.args
+        and id(n) not in skip
+    ]
+    for call in reversed(cudas):
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        sp.replace(call, f"{sp.source(func.value)}.to({dev})")
+        changed = True
+    return changed, guard
 
 
 def no_cuda_fix(
@@ -267,13 +267,11 @@ def no_cuda_fix(
         if var[0] in used:
             return f"{var[0]} = {fallback}", False
     if stmt is not None:
-        rewriter = _CudaRewriter(f"({FALLBACK_DEVICE})")
-        import copy
-
-        new = rewriter.visit(copy.deepcopy(stmt))
-        if rewriter.changed:
-            text = ast.unparse(new).replace(f"(({FALLBACK_DEVICE}))", f"({FALLBACK_DEVICE})")
-            if rewriter.guard:
+        sp = Splice(stmt)
+        changed, guard = _cuda_rewrites(sp, FALLBACK_DEVICE)
+        if changed:
+            text = sp.text()
+            if guard:
                 text = f"if torch.cuda.is_available(): {text}"
             return text, True
     return None, False
@@ -283,89 +281,17 @@ def map_location_fix(stmt: Optional[ast.stmt], location: str) -> Optional[str]:
     """Add ``map_location=`` to the ``torch.load(...)`` call on the failing line."""
     if stmt is None:
         return None
-    import copy
-
-    new = copy.deepcopy(stmt)
-    for node in ast.walk(new):
+    for node in ast.walk(stmt):
         if not isinstance(node, ast.Call):
             continue
         f = node.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
         if name == "load" and not any(k.arg == "map_location" for k in node.keywords):
-            node.keywords.append(ast.keyword(arg="map_location", value=_dev_node(location)))
-            return ast.unparse(new)
-    return None
-
-
-def numpy_fix(stmt: Optional[ast.stmt], culprits: list[Value], source: str) -> Optional[str]:
-    """``y.numpy()`` -> ``y.detach().cpu().numpy()`` on the failing line."""
-    if stmt is None:
-        return None
-    text = ast.unparse(stmt)
-    for v in culprits:
-        e = v.expression
-        if f"{e}.numpy()" in text:
-            return text.replace(f"{e}.numpy()", f"{e}.detach().cpu().numpy()")
-    if ".numpy()" in text:  # on what the culprit became (model(x).argmax(1).numpy()): move that
-        return text.replace(".numpy()", ".detach().cpu().numpy()")
-    if culprits:  # np.asarray(x), np.mean(x): the culprit itself goes to the host
-        e = culprits[0].expression
-        return text.replace(e, f"{e}.detach().cpu()", 1)
+            sp = Splice(stmt)
+            sp.keyword(node, "map_location", location)
+            return sp.text()
     return None
 
 
 def dtype_literal(dtype: str) -> str:
     return f"torch.{dtype}"
-
-
-_NUMPY_REDUCTIONS = {"sum", "mean", "max", "min", "prod", "std", "var"}
-_AXIS_REDUCTIONS = {"sum", "mean", "prod"}
-
-
-def numpy_stack_fix(
-    stmt: Optional[ast.stmt], containers: list[str]
-) -> Optional[tuple[str, Optional[str]]]:
-    """``np.sum([loss(a, b) for ...])`` / ``np.array(losses).sum()`` over tensors on a GPU:
-    stay in torch (``torch.stack(...).sum()``), which also keeps the graph. Returns the
-    corrected line and, for a comprehension, the expression that made the tensors."""
-    if stmt is None:
-        return None
-    import copy
-
-    new = copy.deepcopy(stmt)
-    made: list[Optional[str]] = []
-
-    class Stack(ast.NodeTransformer):
-        def visit_Call(self, node: ast.Call) -> ast.AST:
-            self.generic_visit(node)
-            f = node.func
-            if not (
-                isinstance(f, ast.Attribute)
-                and isinstance(f.value, ast.Name)
-                and f.value.id in ("np", "numpy")
-                and node.args
-                # np.sum(xs, 0): an axis is torch's dim for these (max/min return pairs)
-                and (len(node.args) == 1 or f.attr in _AXIS_REDUCTIONS)
-            ):
-                return node
-            arg = node.args[0]
-            if isinstance(arg, ast.ListComp):
-                made.append(ast.unparse(arg.elt))
-            elif ast.unparse(arg) in containers:
-                made.append(None)
-            else:
-                return node
-            stacked = ast.Call(
-                ast.Attribute(ast.Name("torch", ast.Load()), "stack", ast.Load()), [arg], []
-            )
-            if f.attr in _NUMPY_REDUCTIONS:
-                reduced = ast.Attribute(stacked, f.attr, ast.Load())
-                return ast.Call(reduced, node.args[1:], node.keywords)
-            if f.attr in ("array", "asarray", "stack"):
-                return stacked
-            return node
-
-    new = Stack().visit(new)
-    if not made:
-        return None
-    return ast.unparse(new), made[0]

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from types import FrameType, TracebackType
 from typing import Any, Callable, Optional, Union
 
+from torchdevmagic.diagnosis import splice
+
 UserFramePredicate = Callable[[FrameType], bool]
 MOVE_METHODS = ("to", "cuda", "cpu", "mps", "xpu")
 COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>")
@@ -164,7 +166,9 @@ def parse_source(filename: str, f_globals: Any = None) -> tuple[list[str], Optio
     key = (filename, hash(text))
     if key not in _AST_CACHE:
         try:
-            _AST_CACHE[key] = ast.parse(text, filename)
+            tree = ast.parse(text, filename)
+            splice.attach(tree, lines)
+            _AST_CACHE[key] = tree
         except (SyntaxError, ValueError):
             _AST_CACHE[key] = None
         if len(_AST_CACHE) > 256:
@@ -208,11 +212,11 @@ def statement_at(tree: Optional[ast.Module], lines: list[str], lineno: int) -> O
                 best = node
     if best is not None and not isinstance(best, _COMPOUND):
         return best
-    line = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+    line = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
     if best is not None:
         # A compound statement: analyse only its header line, not its whole body.
-        return _parse_line(line.rstrip(":")) or best
-    return _parse_line(line)
+        return _parse_line(line.rstrip().rstrip(":"), lineno, lines) or best
+    return _parse_line(line, lineno, lines)
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -235,16 +239,24 @@ def lambda_body(tree: Optional[ast.Module], code: Any) -> Optional[ast.stmt]:
     ]
     if len(found) != 1:
         return None
-    return ast.copy_location(ast.Expr(found[0].body), found[0].body)
+    body = ast.copy_location(ast.Expr(found[0].body), found[0].body)
+    splice.attach(body, splice.lines_of(tree) or [])
+    return body
 
 
-def _parse_line(line: str) -> Optional[ast.stmt]:
+def _parse_line(raw: str, lineno: int, lines: list[str]) -> Optional[ast.stmt]:
+    """The one line ``raw`` (line ``lineno`` of ``lines``) as a statement, its positions
+    those of the line in ``lines`` (a fix is written into the line by them)."""
+    line = raw.strip()
+    indent = len(raw.encode()) - len(raw.lstrip().encode())
     for candidate in (line, line.rstrip(":"), line.rstrip("\\").rstrip(",")):
         try:
             body = ast.parse(candidate).body
         except SyntaxError:
             continue
         if body:
+            splice.moved_to(body[0], lineno, indent)
+            splice.attach(body[0], lines)
             return body[0]
     return None
 

@@ -125,7 +125,7 @@ def with_plan(fields: dict[str, Any], plan: Optional[Plan]) -> dict[str, Any]:
     if plan is None:
         return fields
     fields.update(fix=plan.fix, fix_lineno=plan.lineno, fix_file=plan.file)
-    fields.update(fix_scope=plan.scope, fix_insert=plan.insert)
+    fields.update(fix_scope=plan.scope, fix_insert=plan.insert, fix_end_lineno=plan.end_lineno)
     return fields
 
 
@@ -378,5 +378,5 @@ def _dtype_plan(culprits: list[cp.Value], frames: list[Any], dt: str) -> Optiona
             fixed = rw.rewrite_dtype(hits[-1], dt) if hits else None
             if fixed is not None:
                 why = f"line {hits[-1].lineno} creates {v.expression} as {v.dtypes[0]}"
-                return Plan(fixed, hits[-1].lineno, fr.frame.f_code.co_filename, note=why)
+                return fx.replacing(fixed, hits[-1], fr.frame.f_code.co_filename, note=why)
     return Plan("; ".join(fx.move_fix(v, dt) for v in culprits))

@@ -57,6 +57,7 @@ class Diagnosis(Displayable):
     fix_file: str = ""  # the code file of fix_lineno when it is not the failing cell's
     fix_scope: str = ""  # "Net.forward (Cell In[3], line 12)": the fix goes in that function
     fix_insert: bool = False  # the fix goes before line fix_lineno instead of replacing it
+    fix_end_lineno: Optional[int] = None  # the fix replaces lines fix_lineno to this one
 
     @property
     def title(self) -> str:
@@ -76,21 +77,34 @@ class Diagnosis(Displayable):
 
     def fix_text(self) -> Optional[str]:
         """``Fix:  <code>`` with the code alone on its line (a terminal may soft-wrap it, never
-        split it), and where it goes on the next line."""
+        split it), and where it goes on the next line. A statement the user wrote over several
+        lines keeps them, each under the first (inside brackets, as it can be pasted)."""
         if self.fix is None:
             return None
         hint = self.fix_hint()
-        return f"Fix:  {self.fix}" + (f"\n      {hint}" if hint else "")
+        first, *rest = self.fix.split("\n")
+        code = "\n".join([first, *(f"      {line}" if line else line for line in rest)])
+        return f"Fix:  {code}" + (f"\n      {hint}" if hint else "")
+
+    def replaced_lines(self) -> str:
+        """``that line`` / ``lines 4-6``: what the fix replaces where it goes."""
+        end = self.fix_end_lineno
+        if end is not None and self.fix_lineno is not None and end > self.fix_lineno:
+            return f"lines {self.fix_lineno}-{end}"
+        return "that line" if self.fix_scope else f"line {self.fix_lineno}"
 
     def fix_hint(self) -> str:
         """Where the fix goes: a function (maybe in an earlier cell or a file), or a line."""
         if self.fix is None:
             return ""
-        verb = "insert before" if self.fix_insert else "replaces"
+        if self.fix_insert:
+            what = "insert before " + ("that line" if self.fix_scope else f"line {self.fix_lineno}")
+        else:
+            what = "replaces " + self.replaced_lines()
         if self.fix_scope:
-            return f"in {self.fix_scope}: {verb} that line"
+            return f"in {self.fix_scope}: {what}"
         if self.fix_lineno is not None:
-            return f"({verb} line {self.fix_lineno})"
+            return f"({what})"
         return ""
 
     def to_text(self) -> str:
@@ -113,7 +127,8 @@ class Diagnosis(Displayable):
         parts.append(html_lines([(n, None) for n in self.notes]))
         fix = self.fix_text()
         if fix:
-            parts.append(html_lines([(line, OK_COLOR) for line in fix.split("\n")]))
+            # spaces kept: a fix over several lines keeps its indentation in HTML too
+            parts.append(html_lines([(line, OK_COLOR) for line in fix.split("\n")], pre=True))
         return html_block(*parts)
 
 

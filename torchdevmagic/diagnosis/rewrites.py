@@ -7,8 +7,9 @@ import ast
 from typing import Optional
 
 from torchdevmagic.diagnosis.culprits import Value
-from torchdevmagic.diagnosis.fixes import CASTS, _dev_node, _is_torch_factory, corrected_creation
+from torchdevmagic.diagnosis.fixes import CASTS, _is_torch_factory, corrected_creation
 from torchdevmagic.diagnosis.frames import MOVE_METHODS
+from torchdevmagic.diagnosis.splice import Splice
 
 # ------------------------------------------------------------------ creating lines
 
@@ -24,36 +25,23 @@ def factory_calls(node: ast.AST, keyword: str = "device") -> list[ast.Call]:
     ]
 
 
-def _with_keyword(node: ast.AST, calls: list[ast.Call], keyword: str, value: str) -> ast.AST:
-    ids = {id(c) for c in calls}
-
-    class Add(ast.NodeTransformer):
-        def visit_Call(self, call: ast.Call) -> ast.AST:
-            self.generic_visit(call)
-            if id(call) in ids:
-                call.keywords = [*call.keywords, ast.keyword(arg=keyword, value=_dev_node(value))]
-            return call
-
-    rewritten: ast.AST = Add().visit(node)  # NodeTransformer.visit is typed Any
-    return rewritten
-
-
-def with_device(expr: ast.AST, dev: str) -> Optional[str]:
-    """``torch.triu(torch.ones(n, n), 1)`` -> ``torch.triu(torch.ones(n, n, device=dev), 1)``:
-    every factory call lacking ``device=`` gets it. None when there is none."""
-    import copy
-
-    new = copy.deepcopy(expr)
-    calls = factory_calls(new)
+def with_device(stmt: ast.stmt, dev: str, scope: Optional[ast.AST] = None) -> Optional[str]:
+    """``m = torch.triu(torch.ones(n, n), 1)`` -> ``m = torch.triu(torch.ones(n, n,
+    device=dev), 1)``: every factory call under ``scope`` (the statement) lacking ``device=``
+    gets it, in the user's own text. None when there is none."""
+    calls = factory_calls(stmt if scope is None else scope)
     if not calls:
         return None
-    return ast.unparse(_with_keyword(new, calls, "device", dev))
+    sp = Splice(stmt)
+    for call in reversed(calls):  # innermost first: an outer call's text includes them
+        sp.keyword(call, "device", dev)
+    return sp.text()
 
 
-def _moved(expr: ast.AST, value: Value, dev: str) -> str:
+def _moved(sp: Splice, expr: ast.expr, value: Value, dev: str) -> str:
     """The expression moved to ``dev``: a container rebuilt, a tensor ``.to(dev)``d (a
     trailing move call is replaced, not stacked)."""
-    text = ast.unparse(expr)
+    text = sp.source(expr)
     if value.kind == "container" and not value.has_to:
         if value.container == "dict":
             return f"{{k: v.to({dev}) for k, v in ({text}).items()}}"
@@ -64,7 +52,7 @@ def _moved(expr: ast.AST, value: Value, dev: str) -> str:
         and isinstance(expr.func, ast.Attribute)
         and expr.func.attr in MOVE_METHODS
     ):
-        return f"{ast.unparse(expr.func.value)}.to({dev})"
+        return f"{sp.source(expr.func.value)}.to({dev})"
     if isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
         return f"{text}.to({dev})"
     return f"({text}).to({dev})"
@@ -77,11 +65,12 @@ def rewrite_creation(stmt: ast.stmt, value: Value, dev: str) -> Optional[str]:
         return corrected_creation(stmt, value.local or value.expression, dev)
     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
         return None
-    target = ast.unparse(stmt.targets[0])
-    fixed = with_device(stmt.value, dev)
-    if fixed is None:
-        fixed = _moved(stmt.value, value, dev)
-    return f"{target} = {fixed}"
+    fixed = with_device(stmt, dev, stmt.value)
+    if fixed is not None:
+        return fixed
+    sp = Splice(stmt)
+    sp.replace(stmt.value, _moved(sp, stmt.value, value, dev))
+    return sp.text()
 
 
 def rewrite_dtype(stmt: ast.stmt, dtype: str) -> Optional[str]:
@@ -89,57 +78,58 @@ def rewrite_dtype(stmt: ast.stmt, dtype: str) -> Optional[str]:
     ``y = t.long()`` -> ``y = t.to(torch.float32)``; else ``y = <value>.to(dtype)``."""
     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
         return None
-    target = ast.unparse(stmt.targets[0])
     value = stmt.value
+    sp = Splice(stmt)
     if (
         isinstance(value, ast.Call)
         and _is_torch_factory(value)
         and not any(k.arg == "dtype" for k in value.keywords)
     ):
-        import copy
-
-        new = copy.deepcopy(value)
-        new.keywords = [*new.keywords, ast.keyword(arg="dtype", value=_dev_node(dtype))]
-        return f"{target} = {ast.unparse(new)}"
-    if (
+        sp.keyword(value, "dtype", dtype)
+    elif (
         isinstance(value, ast.Call)
         and isinstance(value.func, ast.Attribute)
         and (value.func.attr in CASTS or value.func.attr == "type")
         and not value.keywords
     ):
-        return f"{target} = {ast.unparse(value.func.value)}.to({dtype})"
-    return f"{target} = {_moved(value, _TENSOR, dtype)}"
+        sp.replace(value, f"{sp.source(value.func.value)}.to({dtype})")
+    else:
+        sp.replace(value, _moved(sp, value, _TENSOR, dtype))
+    return sp.text()
 
 
 _TENSOR = Value(expression="", kind="tensor", type_name="Tensor", devices=())
 
 
+def _references(stmt: ast.stmt, expression: str) -> list[ast.expr]:
+    """The reads of the reference ``expression`` in the statement (not inside one another)."""
+    found: list[ast.expr] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if (
+                isinstance(child, ast.expr)
+                and not isinstance(getattr(child, "ctx", None), ast.Store)
+                and ast.unparse(child) == expression
+            ):
+                found.append(child)
+            else:
+                visit(child)
+
+    visit(stmt)
+    return found
+
+
 def wrap_reference(stmt: ast.stmt, expression: str, suffix: str) -> Optional[str]:
     """The statement with every occurrence of the reference ``expression`` followed by
     ``suffix`` (``lengths`` -> ``lengths.cpu()``)."""
-    import copy
-
-    new = copy.deepcopy(stmt)
-    changed = False
-
-    class Wrap(ast.NodeTransformer):
-        def generic_visit(self, node: ast.AST) -> ast.AST:
-            nonlocal changed
-            if (
-                isinstance(node, ast.expr)
-                and not isinstance(getattr(node, "ctx", None), ast.Store)
-                and ast.unparse(node) == expression
-            ):
-                changed = True
-                return ast.parse(f"({expression}){suffix}", mode="eval").body
-            return super().generic_visit(node)
-
-    new = Wrap().visit(new)
-    return (
-        ast.unparse(new).replace(f"({expression}){suffix}", f"{expression}{suffix}")
-        if changed
-        else None
-    )
+    found = _references(stmt, expression)
+    if not found:
+        return None
+    sp = Splice(stmt)
+    for node in found:
+        sp.suffix(node, suffix)
+    return sp.text()
 
 
 def moved_reference(stmt: ast.stmt, value: Value, dev: str) -> Optional[str]:
@@ -150,10 +140,14 @@ def moved_reference(stmt: ast.stmt, value: Value, dev: str) -> Optional[str]:
         return wrap_reference(stmt, e, f".to({dev})")
     if value.kind != "container" or value.items != "tensor" or value.container == "dict":
         return None
+    found = _references(stmt, e)
+    if not found:
+        return None
     maker = "tuple" if value.container == "tuple" else "list"
-    moved = f"{maker}(t.to({dev}) for t in {e})"
-    line = wrap_reference(stmt, e, ".__moved__")  # mark each read, then put the move there
-    return line.replace(f"{e}.__moved__", moved) if line is not None else None
+    sp = Splice(stmt)
+    for node in found:
+        sp.replace(node, f"{maker}(t.to({dev}) for t in {sp.source(node)})")
+    return sp.text()
 
 
 def container_fix(path: str, value: Value, dev: str, torch_name: str = "torch") -> str:

@@ -149,7 +149,7 @@ class Tracer:
         line = rw.moved_reference(fr.stmt, v, dev) if dev and fr.stmt is not None else None
         if line is None:
             return None
-        plan = self.in_function(fr, line, fr.lineno, v.local)
+        plan = self.in_function(fr, line, fr.stmt, v.local)
         note = f"line {reset.lineno} sets {v.local} again at each call, off the device"
         return replace(plan, note=note)
 
@@ -171,11 +171,12 @@ class Tracer:
                         if isinstance(hits[-1], ast.Expr)
                         else f"line {hits[-1].lineno} creates {name} on the wrong device"
                     )
-                    return Plan(fixed, hits[-1].lineno, file, note=why)
+                    return fx.replacing(fixed, hits[-1], file, note=why)
             if loop is not None:
                 names = together.loop_targets(self, cell, cell.tree, loop, name)
                 line = together.moved_together(names, self.cell_dev)
-                return Plan(line, cell.lineno, file, insert=True)
+                at = cell.stmt.lineno if cell.stmt is not None else cell.lineno
+                return Plan(line, at, file=file, insert=True)
         else:
             made = self.root_creation(v, cell)
             if made is not None:
@@ -200,12 +201,11 @@ class Tracer:
         hits = fm.assignments_before(cell.tree, cell.lineno, node.id)
         if not hits or not isinstance(hits[-1], ast.Assign) or len(hits[-1].targets) != 1:
             return None
-        fixed = rw.with_device(hits[-1].value, self.cell_dev)
-        if fixed is None:
+        line = rw.with_device(hits[-1], self.cell_dev, hits[-1].value)
+        if line is None:
             return None
-        line = f"{ast.unparse(hits[-1].targets[0])} = {fixed}"
         why = f"line {hits[-1].lineno} creates {node.id} with {v.expression} on the wrong device"
-        return Plan(line, hits[-1].lineno, cell.frame.f_code.co_filename, note=why)
+        return fx.replacing(line, hits[-1], cell.frame.f_code.co_filename, note=why)
 
     def container_plan(self, v: Value, fr: Any) -> Optional[Plan]:
         """``for p in self.params`` / ``self.criterions[0]`` -> the plain container."""
@@ -282,17 +282,16 @@ class Tracer:
                 return together.loop_plan(self, v, fr, loop)
             if hits and isinstance(hits[-1], ast.Assign):
                 dev = self.ref_device(fr, hits[-1].lineno)
-                fixed = rw.with_device(hits[-1].value, dev) if dev else None
-                if fixed is not None:
-                    line = f"{ast.unparse(hits[-1].targets[0])} = {fixed}"
-                    return self.in_function(fr, line, hits[-1].lineno, v.local)
+                line = rw.with_device(hits[-1], dev, hits[-1].value) if dev else None
+                if line is not None:
+                    return self.in_function(fr, line, hits[-1], v.local)
         dev = self.ref_device(fr, fr.lineno)
         if dev is None or fr.stmt is None:
             return None
         moved = rw.wrap_reference(fr.stmt, v.local, f".to({dev})")
         if not moved:
             return None
-        return self.noted_where_made(fr, v, self.in_function(fr, moved, fr.lineno, v.local))
+        return self.noted_where_made(fr, v, self.in_function(fr, moved, fr.stmt, v.local))
 
     def noted_where_made(self, fr: Any, v: Value, plan: Plan) -> Plan:
         """``plan``, a fix in ``fr``'s function for ``v``, whose note says "made in" only of a
@@ -324,16 +323,21 @@ class Tracer:
             places += [class_namespace(k) for k in mro(type(me))]
         return default_argument(fr.frame.f_code, places, v.object_id)
 
-    def in_function(self, fr: Any, line: str, lineno: int, name: str) -> Plan:
-        """``line`` replaces line ``lineno`` of ``fr``'s function, where ``name`` is made."""
-        plan = self.scoped(fr, line, lineno)
+    def in_function(self, fr: Any, line: str, at: Any, name: str) -> Plan:
+        """``line`` replaces the statement ``at`` (or goes at line ``at``) of ``fr``'s
+        function, where ``name`` is made."""
+        plan = self.scoped(fr, line, at)
         return replace(
             plan, note=f"{name} is made in {fm.function_name(fr.frame.f_code)} on the wrong device"
         )
 
-    def scoped(self, fr: Any, line: str, lineno: int) -> Plan:
-        """``line`` replaces line ``lineno`` of ``fr``'s function: the fix alone, no note."""
-        return Plan(line, lineno, fr.frame.f_code.co_filename, scope=self.scope_text(fr, lineno))
+    def scoped(self, fr: Any, line: str, at: Any) -> Plan:
+        """``line`` replaces the statement ``at`` (its lines) of ``fr``'s function, or goes at
+        line ``at``: the fix alone, no note."""
+        file = fr.frame.f_code.co_filename
+        if not isinstance(at, ast.stmt):
+            return Plan(line, at, file, scope=self.scope_text(fr, at))
+        return fx.replacing(line, at, file, scope=self.scope_text(fr, at.lineno))
 
     def anonymous_plan(self, fr: Any) -> Optional[tuple[str, Plan]]:
         """A tensor made on the failing line itself without ``device=``
@@ -347,12 +351,12 @@ class Tracer:
         if fr.is_cell:
             fixed = rw.with_device(fr.stmt, self.cell_dev)
             file = fr.frame.f_code.co_filename
-            return (made, Plan(fixed, fr.lineno, file)) if fixed else None
+            return (made, fx.replacing(fixed, fr.stmt, file)) if fixed else None
         dev = self.ref_device(fr, fr.lineno)
         fixed = rw.with_device(fr.stmt, dev) if dev else None
         if fixed is None:
             return None
-        return made, self.in_function(fr, fixed, fr.lineno, made)
+        return made, self.in_function(fr, fixed, fr.stmt, made)
 
     def to_cpu_plan(self, v: Value) -> Optional[Plan]:
         """An argument that must be on the CPU (pack_padded_sequence's lengths): the failing
@@ -365,8 +369,8 @@ class Tracer:
             return None
         file = fr.frame.f_code.co_filename
         if fr.is_cell:
-            return Plan(line, fr.lineno, file)
-        return self.noted_where_made(fr, v, self.in_function(fr, line, fr.lineno, v.local))
+            return fx.replacing(line, fr.stmt, file)
+        return self.noted_where_made(fr, v, self.in_function(fr, line, fr.stmt, v.local))
 
 
 def _line(node: ast.AST) -> int:

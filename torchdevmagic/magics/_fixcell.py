@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Optional
 
 from torchdevmagic.diagnosis.apply import CellSource, correct
+from torchdevmagic.diagnosis.splice import indented
 from torchdevmagic.magics._cell import CompiledCell, cell_number
 
 
@@ -66,7 +67,7 @@ def offer(shell: Any, diagnosis: Any, source: Optional[CellSource]) -> None:
     if result.cell is None:
         print(f"%devcheck fix: {result.reason}")
         if result.where and diagnosis is not None:
-            print(f"    {diagnosis.fix}")
+            print("\n".join(indented(diagnosis.fix, "    ")))
         return
     if in_colab():
         print(f"The corrected cell ({result.changed}), to copy into a cell:")

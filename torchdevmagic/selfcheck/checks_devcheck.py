@@ -95,7 +95,7 @@ def devcheck_outcome(ctx: Context, scenario: Scenario) -> Outcome:
         )
     if not diagnosis.fix:
         return failed("no fix line", figure)
-    pre, fixed = fixed_cell(cell, diagnosis.fix, diagnosis.fix_lineno)
+    pre, fixed = fixed_cell(cell, diagnosis.fix, diagnosis.fix_lineno, diagnosis.fix_end_lineno)
     if pre is not None:
         run_ok(shell, pre)
     again = shell.run_cell(fixed).error_in_exec
@@ -125,7 +125,7 @@ out = {
     "fix": d.fix if d is not None else None,
 }
 if d is not None and d.fix:
-    pre, fixed = fixed_cell(cell, d.fix, d.fix_lineno)
+    pre, fixed = fixed_cell(cell, d.fix, d.fix_lineno, d.fix_end_lineno)
     if pre is not None:
         shell.run_cell(pre)
     again = shell.run_cell(fixed).error_in_exec

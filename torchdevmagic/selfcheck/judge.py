@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from torchdevmagic._display import text_table
 from torchdevmagic._format import format_bytes, format_ms
+from torchdevmagic.diagnosis.splice import indented
 from torchdevmagic.selfcheck.records import (
     FAIL,
     PASS,
@@ -98,21 +99,23 @@ def agreement_outcome(
     return failed("; ".join(problems), figure) if problems else passed(figure)
 
 
-def fixed_cell(cell: str, fix: str, fix_lineno: Optional[int]) -> tuple[Optional[str], str]:
+def fixed_cell(
+    cell: str, fix: str, fix_lineno: Optional[int], fix_end_lineno: Optional[int] = None
+) -> tuple[Optional[str], str]:
     """How a user applies a Diagnosis fix: ``(line to run first, cell to re-run)``.
 
     With ``fix_lineno`` the fix replaces that line of the cell (line 1 is the ``%%devcheck``
-    line, as in the traceback); without it the fix is run first and the cell re-run as is.
+    line, as in the traceback), through ``fix_end_lineno`` for a statement over several
+    lines, at its indentation; without it the fix is run first and the cell re-run as is.
     """
     if fix_lineno is None:
         return fix, cell
     lines = cell.splitlines()
-    if not 1 <= fix_lineno <= len(lines):
+    last = fix_end_lineno or fix_lineno
+    if not 1 <= fix_lineno <= last <= len(lines):
         raise CheckFailed(f"the fix names line {fix_lineno} of a {len(lines)}-line cell")
-    indent = lines[fix_lineno - 1][
-        : len(lines[fix_lineno - 1]) - len(lines[fix_lineno - 1].lstrip())
-    ]
-    lines[fix_lineno - 1] = indent + fix
+    at = lines[fix_lineno - 1]
+    lines[fix_lineno - 1 : last] = indented(fix, at[: len(at) - len(at.lstrip())])
     return None, "\n".join(lines)
 
 

@@ -1,0 +1,101 @@
+"""Fixes for NumPy on tensors: ``x.numpy()`` on a GPU tensor or one that requires grad, and
+NumPy reductions over a list of GPU tensors (kept in torch), written into the failing line."""
+
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from torchdevmagic.diagnosis.culprits import Value
+from torchdevmagic.diagnosis.splice import Splice
+
+
+def _numpy_calls(stmt: ast.stmt) -> list[ast.Call]:
+    """``<x>.numpy()`` calls of the statement."""
+    return [
+        n
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "numpy"
+        and not n.args
+    ]
+
+
+def numpy_detached(stmt: ast.stmt) -> Optional[str]:
+    """``x.numpy()`` -> ``x.detach().numpy()``, each on the line."""
+    calls = _numpy_calls(stmt)
+    sp = Splice(stmt)
+    for call in calls:
+        if isinstance(call.func, ast.Attribute):
+            sp.suffix(call.func.value, ".detach()")
+    return sp.text() if calls else None
+
+
+def numpy_fix(stmt: Optional[ast.stmt], culprits: list[Value], source: str) -> Optional[str]:
+    """``y.numpy()`` -> ``y.detach().cpu().numpy()`` on the failing line."""
+    if stmt is None:
+        return None
+    sp = Splice(stmt)
+    calls = [c.func for c in _numpy_calls(stmt) if isinstance(c.func, ast.Attribute)]
+    names = {v.expression for v in culprits}
+    mine = [f for f in calls if ast.unparse(f.value) in names]
+    # on what the culprit became (model(x).argmax(1).numpy()): move that
+    for f in mine or calls:
+        sp.suffix(f.value, ".detach().cpu()")
+    if mine or calls:
+        return sp.text()
+    if culprits:  # np.asarray(x), np.mean(x): the culprit itself goes to the host
+        e = culprits[0].expression
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.expr) and ast.unparse(node) == e:
+                sp.suffix(node, ".detach().cpu()")
+                return sp.text()
+    return None
+
+
+_NUMPY_REDUCTIONS = {"sum", "mean", "max", "min", "prod", "std", "var"}
+_AXIS_REDUCTIONS = {"sum", "mean", "prod"}
+
+
+def numpy_stack_fix(
+    stmt: Optional[ast.stmt], containers: list[str]
+) -> Optional[tuple[str, Optional[str]]]:
+    """``np.sum([loss(a, b) for ...])`` / ``np.array(losses).sum()`` over tensors on a GPU:
+    stay in torch (``torch.stack(...).sum()``), which also keeps the graph. Returns the
+    corrected line and, for a comprehension, the expression that made the tensors."""
+    if stmt is None:
+        return None
+    sp = Splice(stmt)
+    made: list[Optional[str]] = []
+    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+    for node in reversed(calls):  # innermost first: an outer call's text includes them
+        f = node.func
+        if not (
+            isinstance(f, ast.Attribute)
+            and isinstance(f.value, ast.Name)
+            and f.value.id in ("np", "numpy")
+            and node.args
+            # np.sum(xs, 0): an axis is torch's dim for these (max/min return pairs)
+            and (len(node.args) == 1 or f.attr in _AXIS_REDUCTIONS)
+            and f.attr in (*_NUMPY_REDUCTIONS, "array", "asarray", "stack")
+        ):
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.ListComp):
+            made.append(ast.unparse(arg.elt))
+        elif ast.unparse(arg) in containers:
+            made.append(None)
+        else:
+            continue
+        stacked = f"torch.stack({sp.source(arg)})"
+        if f.attr in _NUMPY_REDUCTIONS:
+            given = [sp.source(a) for a in node.args[1:]] + [
+                f"{k.arg}={sp.source(k.value)}" if k.arg else f"**{sp.source(k.value)}"
+                for k in node.keywords
+            ]
+            stacked = f"{stacked}.{f.attr}({', '.join(given)})"
+        sp.replace(node, stacked)
+    if not made:
+        return None
+    return sp.text(), made[0]
