@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchdevmagic.emulate import _grads, _hooks, _rules, _sizes, _tensor
+from torchdevmagic.emulate import _autocast, _grads, _hooks, _rules, _sizes, _tensor
 from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
@@ -34,6 +34,9 @@ _CPU = torch.device("cpu")
 _tuple_iterator = type(iter(()))
 _swap: Any = getattr(torch.utils, "swap_tensors", None)  # torch's own, before any session
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), torch.dtype, slice})
+# autocast("cuda") regions open (any thread), counted by the session's autocast stand-in
+# (_autocast.Regions): an op outside every region pays this one test, not a call into torch.
+autocast_regions = 0
 
 
 def _take(x: Any, st: list[Any]) -> Any:
@@ -101,7 +104,10 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     elif len(inputs) > 1 and func in _sizes.BROADCASTS and _tensor.ledger is not None:
         _sizes.broadcast_check(func, new_args, new_kwargs, device)
     try:
-        out = func(*new_args, **new_kwargs)
+        if autocast_regions:
+            out = _autocast.call(func, new_args, new_kwargs)
+        else:
+            out = func(*new_args, **new_kwargs)
     except NotImplementedError as exc:
         raise _rules.no_cpu_kernel(func, exc) from None
     except RuntimeError as exc:
@@ -159,7 +165,8 @@ def _copies(x: Any) -> Any:
 
 def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
     __tracebackhide__ = True  # IPython and pytest show the caller
-    if not (_grad_enabled() and (_needs_grad(st[2]) or _needs_grad(st[3]))):
+    cast = autocast_regions and _autocast.on()  # CUDA's casts: the run below makes them
+    if not (cast or (_grad_enabled() and (_needs_grad(st[2]) or _needs_grad(st[3])))):
         return usual(func, args, kwargs)  # checks as CUDA does, computes, wraps
     draws = _Draws()  # the check must not draw either: its random ops' generators go back
     _tensor.on_random = draws.save
@@ -172,8 +179,8 @@ def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
     finally:
         _tensor.on_random = None
         draws.restore()
-    try:
-        out = func(*new[0], **new[1])  # a mix CUDA allows: record the graph on the CPU
+    try:  # a mix CUDA allows: record the graph on the CPU
+        out = _autocast.call(func, new[0], new[1], st[3]) if cast else func(*new[0], **new[1])
     except RuntimeError as exc:
         raise _tensor.refused(exc, st[0]) from None
     return _wrap_out(out, st[2], st[3], st[0])

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from torchdevmagic.emulate import _tensor
+from torchdevmagic.emulate import _autocast, _tensor
 from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, wrap
 
 # c10's ScalarType names, as TORCH_CHECK prints a dtype.
@@ -64,7 +64,7 @@ def rnn(func: Any, args: Any, kwargs: Any) -> Any:
     # (its own fused kernel; the general path would take the CPU batch sizes for a mix and
     # compute through the op's decomposition, one ulp off the CPU's values).
     try:
-        out = func(*map(_inner, args), **kwargs)
+        out = _autocast.call(func, tuple(map(_inner, args)), kwargs)  # cuDNN's casts too
     except RuntimeError as exc:
         raise _tensor.refused(exc, dev) from None
     return tuple(wrap(o, dev) if isinstance(o, torch.Tensor) else o for o in out)
