@@ -425,6 +425,9 @@ def test_a_loop_variables_dict_is_no_modules_container(emu_shell: Any) -> None:
     )
     assert [c.expression for c in d.culprits] == ["t['boxes']"]
     assert not any("inside a module" in n for n in d.notes)
+    # The boxes come in from the cell's targets: before, "t['boxes'] is made in
+    # box_loss.<genexpr> on the wrong device".
+    assert not any("made in" in n for n in d.notes), d.notes
     # o: the loop's GPU tensor. The line as typed, but for the move: before, ast.unparse gave
     # ``sum((F.l1_loss(o, t['boxes'].to(o.device)) for ...))``, other quotes and a second
     # pair of parentheses around the generator.

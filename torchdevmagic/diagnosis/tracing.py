@@ -295,8 +295,12 @@ class Tracer:
 
     def noted_where_made(self, fr: Any, v: Value, plan: Plan) -> Plan:
         """``plan``, a fix in ``fr``'s function for ``v``, whose note says "made in" only of a
-        local the function assigns before the failing line."""
-        if not v.local.isidentifier() or fm.assignments_before(fr.func, fr.lineno, v.local):
+        local (or an attribute path) the function assigns before the failing line: not of
+        ``t['boxes']`` read from a loop variable over what the cell passed in."""
+        if not v.local.isidentifier():  # an attribute set here before, or no "made in"
+            made = fm.attribute_set_before(fr.func, fr.lineno, v.local)
+            return plan if made is not None else replace(plan, note="")
+        if fm.assignments_before(fr.func, fr.lineno, v.local):
             return plan
         # Not made here: a default argument (made once, when the def ran), or a value that
         # came in from elsewhere, of which "made in" would not be true.
