@@ -260,3 +260,153 @@ def test_an_input_left_on_the_cpu_of_an_autograd_function_is_moved(emu_shell: An
     assert emu_shell.run_cell(d.fix).error_in_exec is None
     assert emu_shell.run_cell("lfc = dwt(image)").error_in_exec is None
     assert emu_shell.user_ns["lfc"].shape == (1, 3, 4, 4)
+
+
+# luigibonati/mlcolvar#185 (mlcolvar/core/transform/utils.py, Statistics.update): the running
+# mean, M2 and std are made together by setattr in a loop, with torch.zeros(nfeatures) on the
+# CPU, then updated from a GPU batch on several lines. The author's own fix: device=x.device
+# on the setattr line.
+STATISTICS = """import torch
+class Statistics(object):
+    def __init__(self, X=None):
+        self.count = 0
+        self.properties = ["mean", "std", "min", "max"]
+        for prop in self.properties:
+            setattr(self, prop, None)
+        setattr(self, "M2", None)
+        self.__call__(X)
+    def __call__(self, x):
+        self.update(x)
+    def update(self, x):
+        if x is None:
+            return
+        ndim = x.ndim
+        if ndim == 0:
+            x = x.reshape(1, 1)
+        elif ndim == 1:
+            x = x.unsqueeze(1)
+        batch_size = x.shape[0]
+        nfeatures = x.shape[1]
+        new_count = self.count + batch_size
+        # Initialize
+        if self.mean is None:
+            for prop in ["mean", "M2", "std"]:
+                setattr(self, prop, torch.zeros(nfeatures))
+        sample_mean = torch.mean(x, dim=0)
+        sample_m2 = torch.sum((x - sample_mean) ** 2, dim=0)
+        delta = sample_mean - self.mean
+        self.mean += delta * batch_size / new_count
+        corr = batch_size * self.count / new_count
+        self.M2 += sample_m2 + delta**2 * corr
+        self.count = new_count
+        self.std = torch.sqrt(self.M2 / self.count)
+        sample_min = torch.min(x, dim=0).values
+        sample_max = torch.max(x, dim=0).values
+        if self.min is None:
+            self.min = sample_min
+            self.max = sample_max
+        else:
+            self.min = torch.min(torch.stack((sample_min, self.min)), dim=0).values
+            self.max = torch.max(torch.stack((sample_max, self.max)), dim=0).values
+X = torch.randn(16, 3, device="cuda")
+"""
+
+
+def test_attributes_a_setattr_loop_makes_together_get_device_where_made(emu_shell: Any) -> None:
+    """Before: the fix moved self.mean on the failing line (``delta = sample_mean -
+    self.mean.to(x.device)``), and the next line, ``self.mean += ...``, failed the same way."""
+    d = _fails(emu_shell, STATISTICS, "stats = Statistics(X)", RuntimeError, SAME_DEVICE)
+    assert [c.expression for c in d.culprits] == ["self.mean"]
+    assert d.fix == "setattr(self, prop, torch.zeros(nfeatures, device=x.device))"
+    assert (d.fix_lineno, d.fix_insert) == (26, False)
+    assert d.fix_scope.startswith("Statistics.update (")
+    assert any("self.mean, self.M2 and self.std are made in" in n for n in d.notes)
+    assert emu_shell.run_cell(_edited(STATISTICS, d)).error_in_exec is None
+    assert emu_shell.run_cell("stats = Statistics(X)").error_in_exec is None
+    stats, x = emu_shell.user_ns["stats"], emu_shell.user_ns["X"]
+    assert stats.mean.device.type == "cuda"
+    assert torch.allclose(stats.mean.cpu(), x.mean(0).cpu(), atol=1e-5)
+
+
+# rish-16/aft-pytorch#6 (aft_pytorch/aft_pytorch.py, AFTLocal.forward): forward rebuilds
+# self.wbias with torch.Tensor([...]) on the CPU at every call, and the slice temp_wbias made
+# from it is read on two lines. (torch.Tensor takes no device= for CUDA: the move goes after.)
+AFT_LOCAL = """import torch, math
+from torch import nn
+class AFTLocal(nn.Module):
+    def __init__(self, max_seqlen, dim, hidden_dim=64, s=256):
+        super().__init__()
+        self.dim = dim
+        self.hidden_dim = hidden_dim
+        self.to_q = nn.Linear(dim, hidden_dim)
+        self.to_k = nn.Linear(dim, hidden_dim)
+        self.to_v = nn.Linear(dim, hidden_dim)
+        self.project = nn.Linear(hidden_dim, dim)
+        self.wbias = nn.Parameter(torch.Tensor(max_seqlen, max_seqlen))
+        self.max_seqlen = max_seqlen
+        self.s = s
+        nn.init.xavier_uniform_(self.wbias)
+    def forward(self, x):
+        B, T, _ = x.shape
+        Q = self.to_q(x).view(B, T, self.hidden_dim)
+        K = self.to_k(x).view(B, T, self.hidden_dim)
+        V = self.to_v(x).view(B, T, self.hidden_dim)
+        self.wbias = nn.Parameter(torch.Tensor([
+            [self.wbias[i][j] if math.fabs(i-j) < self.s else 0 for j in range(self.max_seqlen)]
+            for i in range(self.max_seqlen)
+            ]))
+        temp_wbias = self.wbias[:T, :T].unsqueeze(0) # sequences can still be variable length
+
+        '''
+        From the paper
+        '''
+        Q_sig = torch.sigmoid(Q)
+        temp = torch.exp(temp_wbias) @ torch.mul(torch.exp(K), V)
+        weighted = temp / (torch.exp(temp_wbias) @ torch.exp(K))
+        Yt = torch.mul(Q_sig, weighted)
+        Yt = Yt.view(B, T, self.hidden_dim)
+        Yt = self.project(Yt)
+        return Yt
+layer = AFTLocal(max_seqlen=6, dim=8, hidden_dim=16, s=2).cuda()
+x = torch.rand(2, 6, 8).cuda()
+"""
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True")
+def test_a_local_read_on_several_lines_is_moved_once_where_made(emu_shell: Any) -> None:
+    """Before: the fix moved temp_wbias on the failing line only, and the next line failed on
+    temp_wbias again."""
+    d = _fails(
+        emu_shell,
+        AFT_LOCAL,
+        "y = layer(x)",
+        RuntimeError,
+        "Expected all tensors to be on the same device, but got mat2 is on cpu, different from "
+        "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_mm)",
+    )
+    assert [c.expression for c in d.culprits] == ["temp_wbias", "layer.wbias"]
+    assert d.fix == "temp_wbias = temp_wbias.to(x.device)"
+    assert (d.fix_lineno, d.fix_insert) == (27, True)  # right after the line that makes it
+    assert d.fix_scope.startswith("AFTLocal.forward (")
+    assert emu_shell.run_cell(_edited(AFT_LOCAL, d)).error_in_exec is None
+    assert emu_shell.run_cell("y = layer(x)").error_in_exec is None
+    assert emu_shell.user_ns["y"].shape == (2, 6, 8)
+    assert emu_shell.user_ns["y"].device.type == "cuda"
+
+
+def test_siblings_made_without_a_factory_are_moved_once_before_the_failing_line(
+    emu_shell: Any,
+) -> None:
+    """mlcolvar#185's loop written here with a constructor that takes no device= for CUDA
+    (``torch.Tensor(n).zero_()``): the ``for`` ends its block, so one line before the failing
+    one moves the three attributes it made."""
+    setup = STATISTICS.replace("torch.zeros(nfeatures)", "torch.Tensor(nfeatures).zero_()")
+    d = _fails(emu_shell, setup, "stats = Statistics(X)", RuntimeError, SAME_DEVICE)
+    assert d.fix == (
+        "self.mean, self.M2, self.std = "
+        "self.mean.to(x.device), self.M2.to(x.device), self.std.to(x.device)"
+    )
+    assert (d.fix_lineno, d.fix_insert) == (29, True)  # before ``delta = ...``
+    assert emu_shell.run_cell(_edited(setup, d)).error_in_exec is None
+    assert emu_shell.run_cell("stats = Statistics(X)").error_in_exec is None
+    assert emu_shell.user_ns["stats"].std.device.type == "cuda"

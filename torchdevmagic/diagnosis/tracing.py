@@ -11,7 +11,9 @@ file); the fix belongs where its value came from:
 - an element of a plain list/dict a module holds (a loop variable, ``self.criterions[0]``): the
   container, moved whole and registered (``nn.ModuleList``) so it stays moved;
 - a tensor made in that function without ``device=`` (named, or anonymous on the failing
-  line): the creating line, device-agnostic (``device=x.device``).
+  line): the creating line, device-agnostic (``device=x.device``);
+- a value the failing function makes and reads again after the failing line: fixed where it
+  is made, for the rest of the function (``lasting.py``).
 
 A fix is written in one frame's names only, never repeats the failing line, and never moves a
 module that is split across devices on purpose.
@@ -29,6 +31,7 @@ from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis import together
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.diagnosis.fixes import Plan
+from torchdevmagic.diagnosis.lasting import plan as lasting_plan
 from torchdevmagic.safe.objects import class_namespace, default_argument, mro
 
 __all__ = ["Plan", "Tracer"]
@@ -127,6 +130,9 @@ class Tracer:
             if container is not None:
                 return container
             return self.function_plan(replace(v, local=v.expression), home)
+        lasting = lasting_plan(self, v, fr)
+        if lasting is not None:  # made here and read again after the failing line
+            return lasting
         if fr is not None and not fr.is_cell and v.local.startswith("self."):
             reset = fm.attribute_set_before(fr.func, fr.lineno, v.local)
             if reset is not None:  # ``self.hidden = self.init_hidden()`` first: moved here
