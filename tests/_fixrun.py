@@ -37,6 +37,24 @@ def pasted(source: str, d: Any) -> str:
     return "\n".join(lines)
 
 
+def fails_under_devcheck(
+    shell: Any, setup: str, call: str, message: str, exc: type = RuntimeError
+) -> Any:
+    """``setup`` runs; ``%%devcheck`` + ``call`` fails with ``exc(message)`` and prints a
+    fix. Returns the Diagnosis (the caller pastes the fix where it says)."""
+    assert shell.run_cell(setup).error_in_exec is None
+    err = shell.run_cell("%%devcheck\n" + call).error_in_exec
+    assert type(err) is exc and str(err) == message, err
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d is not None and d.fix, d
+    return d
+
+
+def edited(source: str, d: Any) -> str:
+    """``source`` with the fix pasted where it says, ending in a newline as a cell does."""
+    return pasted(source, d) + "\n"
+
+
 def fails_then_fixed(
     shell: Any, setup: str, body: str, message: str, exc: type = RuntimeError
 ) -> Any:

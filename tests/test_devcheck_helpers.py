@@ -15,22 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _fixrun import pasted  # noqa: E402
-
-
-def _fails(shell: Any, setup: str, call: str, message: str) -> Any:
-    assert shell.run_cell(setup).error_in_exec is None
-    err = shell.run_cell("%%devcheck\n" + call).error_in_exec
-    assert type(err) is RuntimeError and str(err) == message, err
-    d = shell.run_line_magic("devcheck", "-o")
-    assert d is not None and d.fix, d
-    return d
-
-
-def _edited(source: str, d: Any) -> str:
-    """``source`` with the fix put in where it says, indented like the line it meets."""
-    return pasted(source, d) + "\n"
-
+from _fixrun import edited, fails_under_devcheck  # noqa: E402
 
 # fiftyone's normalize_tensor, as voxel51/fiftyone#6594's review found it: mean and std
 # made on the default device, the image on the GPU.
@@ -46,7 +31,7 @@ NORMALIZE_CALL = "normalized = normalize_tensor(img, [0.485, 0.456, 0.406], [0.2
 
 def test_two_tensors_made_in_a_helper_are_moved_by_one_inserted_line(emu_shell: Any) -> None:
     """Before: the fix rewrote mean_t's line alone, and the call then failed on std_t."""
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         NORMALIZE,
         NORMALIZE_CALL,
@@ -57,7 +42,7 @@ def test_two_tensors_made_in_a_helper_are_moved_by_one_inserted_line(emu_shell: 
     assert d.fix == "mean_t, std_t = mean_t.to(img_t.device), std_t.to(img_t.device)"
     assert (d.fix_lineno, d.fix_insert) == (5, True)
     assert d.fix_scope.startswith("normalize_tensor (")
-    assert emu_shell.run_cell(_edited(NORMALIZE, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(NORMALIZE, d)).error_in_exec is None
     assert emu_shell.run_cell(NORMALIZE_CALL).error_in_exec is None
     assert emu_shell.user_ns["normalized"].device.type == "cuda"
 
@@ -86,7 +71,7 @@ def test(dataloader, model, loss_function):
 def test_a_helpers_loop_batch_is_moved_whole_at_the_top_of_the_loop(emu_shell: Any) -> None:
     """Before: the fix wrapped X alone (``pred = model(X.to(...))``), and the next line
     failed on y."""
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         TEST_LOOP,
         "result = test(test_loader, model, loss_function)",
@@ -98,7 +83,7 @@ def test_a_helpers_loop_batch_is_moved_whole_at_the_top_of_the_loop(emu_shell: A
     assert d.fix == f"X, y = X.to({dev}), y.to({dev})"
     assert (d.fix_lineno, d.fix_insert) == (12, True)
     assert "X and y come from dataloader, on cpu" in d.notes
-    assert emu_shell.run_cell(_edited(TEST_LOOP, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(TEST_LOOP, d)).error_in_exec is None
     assert (
         emu_shell.run_cell("result = test(test_loader, model, loss_function)").error_in_exec is None
     )
@@ -129,7 +114,7 @@ def test_an_input_objects_tensors_are_named_from_the_notebook_and_moved_together
 ) -> None:
     """Before: the fix named forward's ``inputs`` (a NameError in the notebook) and called
     the tokenizer's dict "a plain dict inside a module"."""
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         PROP_PAIR,
         "out = model(sent1_inputs)",
@@ -185,7 +170,7 @@ def test_a_cpu_tensor_indexed_by_a_gpu_mask_in_a_helper_file(
     helper.write_text(YOLO_LOSS)
     sys.path.insert(0, str(tmp_path))
     try:
-        d = _fails(
+        d = fails_under_devcheck(
             emu_shell,
             YOLO_SETUP,
             "layer, b = build_targets(p, targets)",
@@ -194,7 +179,7 @@ def test_a_cpu_tensor_indexed_by_a_gpu_mask_in_a_helper_file(
         assert [c.expression for c in d.culprits] == ["from_which_layer"]
         assert d.fix == "from_which_layer = from_which_layer.to(targets.device)[fg_mask_inboxes]"
         assert Path(d.fix_file) == helper and (d.fix_lineno, d.fix_insert) == (15, False)
-        helper.write_text(_edited(YOLO_LOSS, d))
+        helper.write_text(edited(YOLO_LOSS, d))
         sys.modules.pop("yolo_loss_1224", None)
         linecache.checkcache(str(helper))
         assert emu_shell.run_cell(YOLO_SETUP).error_in_exec is None
@@ -242,7 +227,7 @@ def test_a_loss_defined_elsewhere_names_the_weight_where_the_call_reads_it(
     emu_shell: Any, defined: str, culprit: str, fix: str
 ) -> None:
     call = "loss = loss_fn(model_output, labels)"
-    d = _fails(emu_shell, WEIGHTED + defined + "\n", call, NLL_WEIGHT)
+    d = fails_under_devcheck(emu_shell, WEIGHTED + defined + "\n", call, NLL_WEIGHT)
     assert [c.expression for c in d.culprits] == [culprit]
     assert d.fix == fix and d.fix_lineno is None  # run before the cell
     assert emu_shell.run_cell(d.fix).error_in_exec is None
@@ -285,7 +270,9 @@ def test_a_plain_schedulers_tables_are_named_from_the_notebook_and_all_moved(
 ) -> None:
     """Before: the fix rewrote add_noise's first indexing line and the second failed; the
     note said the table was made in add_noise."""
-    d = _fails(emu_shell, DDPM, "noisy_im = scheduler.add_noise(im, noise, t)", INDEX_CPU)
+    d = fails_under_devcheck(
+        emu_shell, DDPM, "noisy_im = scheduler.add_noise(im, noise, t)", INDEX_CPU
+    )
     assert [c.expression for c in d.culprits] == ["scheduler.sqrt_alpha_cum_prod"]
     assert d.fix == (
         "vars(scheduler).update({k: v.to(device) for k, v in vars(scheduler).items() "
@@ -333,7 +320,7 @@ nn_out = torch.rand(2, 3, 8, 8, device=device)
 def test_many_plain_attributes_of_one_module_get_one_note_and_one_short_fix(emu_shell: Any) -> None:
     """Before: six notes, one per attribute, and a 290-character fix line."""
     call = "p_logvar = diffusion.get_p_params(xt, timesteps_ids, nn_out)"
-    d = _fails(emu_shell, DIFFUSED_HEADS, call, INDEX_CPU)
+    d = fails_under_devcheck(emu_shell, DIFFUSED_HEADS, call, INDEX_CPU)
     assert [c.expression for c in d.culprits][:2] == [
         "diffusion.beta",
         "diffusion.log_beta_tilde_clipped",
@@ -380,7 +367,7 @@ def test_an_attribute_the_function_sets_again_is_moved_where_it_is_read(emu_shel
     """Before: the fix, run before the cell, moved model.hidden, and the call failed the same
     way (line 14 makes it again on the CPU)."""
     call = "feats = model._get_lstm_features(sentence_in)"
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         BILSTM_CRF,
         call,
@@ -394,7 +381,7 @@ def test_an_attribute_the_function_sets_again_is_moved_where_it_is_read(emu_shel
     )
     assert (d.fix_lineno, d.fix_insert) == (16, False)
     assert "line 14 sets self.hidden again at each call, off the device" in d.notes
-    assert emu_shell.run_cell(_edited(BILSTM_CRF, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(BILSTM_CRF, d)).error_in_exec is None
     assert emu_shell.run_cell(call).error_in_exec is None
     assert emu_shell.user_ns["feats"].device.type == "cuda"
 
@@ -416,7 +403,7 @@ def test_a_loop_variables_dict_is_no_modules_container(emu_shell: Any) -> None:
     """Before: the fix, ``t = {k: t.to(device) for k, t in t.items()}``, named the generator's
     loop variable from the notebook (it changed nothing there), and the note called ``t`` a
     plain dict inside a module."""
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         BOX_LOSS,
         "loss = box_loss(outputs, targets)",
@@ -435,7 +422,7 @@ def test_a_loop_variables_dict_is_no_modules_container(emu_shell: Any) -> None:
         'return sum(F.l1_loss(o, t["boxes"].to(o.device)) for o, t in zip(outputs, targets))'
     )
     assert (d.fix_lineno, d.fix_end_lineno) == (5, None)
-    assert emu_shell.run_cell(_edited(BOX_LOSS, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(BOX_LOSS, d)).error_in_exec is None
     assert emu_shell.run_cell("loss = box_loss(outputs, targets)").error_in_exec is None
 
 
@@ -461,7 +448,7 @@ preds = [torch.rand(2, 3, 4, device=device) for _ in range(2)]
 def test_a_zip_of_a_modules_plain_list_moves_the_list(emu_shell: Any) -> None:
     """Before: the fix wrapped ``anchor`` in ``.to(next(self.parameters()).device)``, which
     raises StopIteration in a module without parameters."""
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         YOLO_LOSS_ANCHORS,
         "loss = criterion(preds)",
@@ -483,7 +470,7 @@ def test_a_helper_fix_takes_its_device_from_a_loop_tensor(emu_shell: Any) -> Non
     setup = setup.replace("def forward(self, preds):", "def forward(self, preds, anchors):")
     setup += "anchors = [torch.tensor([10.0, 13.0]), torch.tensor([16.0, 30.0])]\n"
     call = "loss = criterion(preds, anchors)"
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         setup,
         call,
@@ -492,5 +479,5 @@ def test_a_helper_fix_takes_its_device_from_a_loop_tensor(emu_shell: Any) -> Non
     )
     assert d.fix == "anchor = anchor.to(pred.device)" and d.fix_insert
     assert "anchor comes from zip(preds, anchors), on cpu" in d.notes
-    assert emu_shell.run_cell(_edited(setup, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(setup, d)).error_in_exec is None
     assert emu_shell.run_cell(call).error_in_exec is None

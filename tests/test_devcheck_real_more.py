@@ -11,25 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _fixrun import pasted  # noqa: E402
+from _fixrun import edited, fails_under_devcheck  # noqa: E402
 
 SAME_DEVICE = (
     "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 )
-
-
-def _fails(shell: Any, setup: str, call: str, exc: type, message: str) -> Any:
-    assert shell.run_cell(setup).error_in_exec is None
-    err = shell.run_cell("%%devcheck\n" + call).error_in_exec
-    assert type(err) is exc and str(err) == message, err
-    d = shell.run_line_magic("devcheck", "-o")
-    assert d is not None and d.fix, d
-    return d
-
-
-def _edited(source: str, d: Any) -> str:
-    """``source`` with the fix pasted where it says, indented like the line it meets."""
-    return pasted(source, d) + "\n"
 
 
 # A normalisation layer whose mean and std are class attributes. No public report of this
@@ -50,7 +36,7 @@ images = torch.rand(2, 3, 8, 8, device=device)
 
 def test_tensors_a_module_reads_from_its_class_are_moved_on_the_class(emu_shell: Any) -> None:
     """Before: no culprit and no fix ("none of the names on this line holds the odd tensor")."""
-    d = _fails(emu_shell, NORMALIZE, "out = model(images)", RuntimeError, SAME_DEVICE)
+    d = fails_under_devcheck(emu_shell, NORMALIZE, "out = model(images)", SAME_DEVICE)
     assert [c.expression for c in d.culprits] == ["model[0].mean", "model[0].std"]
     assert (
         d.fix
@@ -92,19 +78,19 @@ def test_numpy_over_a_list_of_gpu_tensors_in_forward_stays_in_torch(emu_shell: A
     """Before: the culprits were the call's arguments and the fix printed the failing line
     back unchanged (``np.sum(final, 0)`` has an axis, which the stack rewrite refused)."""
     call = "item_embeddings_hg = hyper(adjacency, embedding)"
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         HYPERCONV,
         call,
-        TypeError,
         "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
         "to host memory first.",
+        exc=TypeError,
     )
     assert [c.expression for c in d.culprits] == ["final"]
     assert d.fix == "item_embeddings = torch.stack(final).sum(0)"
     assert (d.fix_lineno, d.fix_insert) == (16, False)
     assert d.fix_scope.startswith("HyperConv.forward (")
-    assert emu_shell.run_cell(_edited(HYPERCONV, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(HYPERCONV, d)).error_in_exec is None
     assert emu_shell.run_cell(call).error_in_exec is None
     emb = emu_shell.user_ns["embedding"]
     expected = emb + emb + emb  # adjacency is the identity: three equal layers
@@ -178,18 +164,17 @@ def test_a_slice_of_a_plain_objects_hidden_state_is_moved_where_the_cell_reads_i
     emu_shell: Any,
 ) -> None:
     call = "action = agents.choose_action(obs, last_action, 0, avail, 0.1)"
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         QMIX,
         call,
-        RuntimeError,
         "Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
         "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)",
     )
     assert [c.expression for c in d.culprits] == ["h_in"]
     assert d.fix == "h = self.rnn(x, h_in.to(obs.device))"
     assert d.fix_scope.startswith("DRQN.forward (")
-    assert emu_shell.run_cell(_edited(QMIX, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(QMIX, d)).error_in_exec is None
     assert emu_shell.run_cell(call).error_in_exec is None
 
 
@@ -247,11 +232,10 @@ image = torch.rand(1, 3, 8, 8)
 
 
 def test_an_input_left_on_the_cpu_of_an_autograd_function_is_moved(emu_shell: Any) -> None:
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         DWT,
         "lfc = dwt(image)",
-        RuntimeError,
         "Expected all tensors to be on the same device, but got mat2 is on cpu, different from "
         "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_bmm)",
     )
@@ -315,13 +299,13 @@ X = torch.randn(16, 3, device="cuda")
 def test_attributes_a_setattr_loop_makes_together_get_device_where_made(emu_shell: Any) -> None:
     """Before: the fix moved self.mean on the failing line (``delta = sample_mean -
     self.mean.to(x.device)``), and the next line, ``self.mean += ...``, failed the same way."""
-    d = _fails(emu_shell, STATISTICS, "stats = Statistics(X)", RuntimeError, SAME_DEVICE)
+    d = fails_under_devcheck(emu_shell, STATISTICS, "stats = Statistics(X)", SAME_DEVICE)
     assert [c.expression for c in d.culprits] == ["self.mean"]
     assert d.fix == "setattr(self, prop, torch.zeros(nfeatures, device=x.device))"
     assert (d.fix_lineno, d.fix_insert) == (26, False)
     assert d.fix_scope.startswith("Statistics.update (")
     assert any("self.mean, self.M2 and self.std are made in" in n for n in d.notes)
-    assert emu_shell.run_cell(_edited(STATISTICS, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(STATISTICS, d)).error_in_exec is None
     assert emu_shell.run_cell("stats = Statistics(X)").error_in_exec is None
     stats, x = emu_shell.user_ns["stats"], emu_shell.user_ns["X"]
     assert stats.mean.device.type == "cuda"
@@ -376,11 +360,10 @@ x = torch.rand(2, 6, 8).cuda()
 def test_a_local_read_on_several_lines_is_moved_once_where_made(emu_shell: Any) -> None:
     """Before: the fix moved temp_wbias on the failing line only, and the next line failed on
     temp_wbias again."""
-    d = _fails(
+    d = fails_under_devcheck(
         emu_shell,
         AFT_LOCAL,
         "y = layer(x)",
-        RuntimeError,
         "Expected all tensors to be on the same device, but got mat2 is on cpu, different from "
         "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_mm)",
     )
@@ -388,7 +371,7 @@ def test_a_local_read_on_several_lines_is_moved_once_where_made(emu_shell: Any) 
     assert d.fix == "temp_wbias = temp_wbias.to(x.device)"
     assert (d.fix_lineno, d.fix_insert) == (27, True)  # right after the line that makes it
     assert d.fix_scope.startswith("AFTLocal.forward (")
-    assert emu_shell.run_cell(_edited(AFT_LOCAL, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(AFT_LOCAL, d)).error_in_exec is None
     assert emu_shell.run_cell("y = layer(x)").error_in_exec is None
     assert emu_shell.user_ns["y"].shape == (2, 6, 8)
     assert emu_shell.user_ns["y"].device.type == "cuda"
@@ -401,12 +384,12 @@ def test_siblings_made_without_a_factory_are_moved_once_before_the_failing_line(
     (``torch.Tensor(n).zero_()``): the ``for`` ends its block, so one line before the failing
     one moves the three attributes it made."""
     setup = STATISTICS.replace("torch.zeros(nfeatures)", "torch.Tensor(nfeatures).zero_()")
-    d = _fails(emu_shell, setup, "stats = Statistics(X)", RuntimeError, SAME_DEVICE)
+    d = fails_under_devcheck(emu_shell, setup, "stats = Statistics(X)", SAME_DEVICE)
     assert d.fix == (
         "self.mean, self.M2, self.std = "
         "self.mean.to(x.device), self.M2.to(x.device), self.std.to(x.device)"
     )
     assert (d.fix_lineno, d.fix_insert) == (29, True)  # before ``delta = ...``
-    assert emu_shell.run_cell(_edited(setup, d)).error_in_exec is None
+    assert emu_shell.run_cell(edited(setup, d)).error_in_exec is None
     assert emu_shell.run_cell("stats = Statistics(X)").error_in_exec is None
     assert emu_shell.user_ns["stats"].std.device.type == "cuda"
