@@ -35,10 +35,20 @@ from torchdevmagic.emulate import _function
 _DOUBLE = torch.float64
 _HALF = torch.float16
 _FLOAT = torch.float32
-_is_enabled = torch.is_autocast_enabled
-_get_dtype = torch.get_autocast_dtype
-_set_enabled = torch.set_autocast_enabled
-_set_dtype = torch.set_autocast_dtype
+# The device-taking autocast API (torch 2.4+). Without it (2.3, the oldest torch emulation
+# runs on) the session leaves autocast as it was: ops keep their dtype (available()).
+_is_enabled: Any = torch.is_autocast_enabled
+_get_dtype: Any = getattr(torch, "get_autocast_dtype", None)
+_set_enabled: Any = torch.set_autocast_enabled
+_set_dtype: Any = getattr(torch, "set_autocast_dtype", None)
+
+
+def available() -> bool:
+    """Whether this torch has what the emulated policy needs: ``get_autocast_dtype`` and
+    ``set_autocast_dtype`` (which came with the device-taking ``is_autocast_enabled``)."""
+    return _get_dtype is not None and _set_dtype is not None
+
+
 _NO_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 
 # CUDA's lists (autocast_mode.h, torch 2.13): "op" or "op.overload".
@@ -108,14 +118,14 @@ _cpu_tensors: frozenset[int] = frozenset()
 
 def on() -> bool:
     """Is an ``autocast("cuda")`` region enabled in this thread?"""
-    return _is_enabled("cuda")
+    return bool(_is_enabled("cuda"))
 
 
 def call(func: Any, args: Any, kwargs: Any, cpu: Any = ()) -> Any:
     """``func`` on CPU tensors with CUDA's autocast policy, if a region is enabled here."""
     __tracebackhide__ = True  # IPython and pytest show the caller
     global _cpu_tensors
-    if not _is_enabled("cuda"):
+    if not _function.autocast_regions or not _is_enabled("cuda"):
         return func(*args, **kwargs)
     was_on, was_dtype = _is_enabled("cpu"), _get_dtype("cpu")
     _set_enabled("cpu", True)

@@ -183,11 +183,12 @@ def _apply(session: Session) -> None:
     _collectives(p, session.cuda.Stream)
     p.set(torch, "compile", _patches.compile_standin(torch.compile))
     # autocast("cuda") casts as on a GPU: CUDA's policy on the CPU tensors (_autocast).
-    autocast = torch.amp.autocast_mode.autocast
-    regions = _autocast.Regions(autocast.__dict__["__enter__"], autocast.__dict__["__exit__"])
-    p.call(regions.close)
-    p.set(autocast, "__enter__", regions.enter)
-    p.set(autocast, "__exit__", regions.exit)
+    if _autocast.available():
+        autocast = torch.amp.autocast_mode.autocast
+        regions = _autocast.Regions(autocast.__dict__["__enter__"], autocast.__dict__["__exit__"])
+        p.call(regions.close)
+        p.set(autocast, "__enter__", regions.enter)
+        p.set(autocast, "__exit__", regions.exit)
     distributed = getattr(torch, "distributed", None)
     if distributed is not None and distributed.is_available():
         import torch.distributed as dist
