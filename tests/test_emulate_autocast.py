@@ -209,7 +209,10 @@ def test_every_op_cuda_lists_has_a_policy() -> None:
 
     listed = _autocast.cuda_listed()
     assert "mm" in listed and "softmax.int" in listed
-    assert [name for name in listed if _autocast._kernel(name) is None] == []
+    # A CUDA build of torch (Colab's CPU runtime, CI's Python 3.12 leg) also lists cuDNN's
+    # _cudnn_rnn, which the emulated GPU never calls.
+    missing = [name for name in listed if _autocast._kernel(name) is None]
+    assert [name for name in missing if name not in _autocast.NEVER_CALLED] == []
 
 
 def test_stop_removes_the_policy_from_cpu_autocast(emu: Any) -> None:

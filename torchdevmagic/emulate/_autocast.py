@@ -111,6 +111,10 @@ BANNED = {
 CUDNN_RNN = [
     f"{rnn}.{kind}" for rnn in ("lstm", "gru", "rnn_tanh", "rnn_relu") for kind in ["input", "data"]
 ]
+# CUDA-build ops on CUDA's lists that the emulated GPU never calls: cuDNN's own RNN op (a
+# CPU build does not list it; cudnn.is_acceptable is False while emulating, and its policy
+# sits on the RNN ops above).
+NEVER_CALLED = frozenset({"_cudnn_rnn"})
 
 # Plain CPU tensors of the emulated call running now: CUDA's autocast leaves them as they are.
 _cpu_tensors: frozenset[int] = frozenset()
