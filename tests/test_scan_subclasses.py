@@ -142,3 +142,74 @@ def test_torchdevmagic_emulate_tensors_show_their_emulated_device() -> None:
     e = EmulatedTensor(torch.zeros(3), torch.device("cuda", 1))
     row = scan({"e": e}, gpus=False).row("e")
     assert (row.device, row.nbytes, row.note) == ("cuda:1", 12, "emulated")
+
+
+HOSTILE_LAYOUT = """
+import torch
+from torch import nn
+
+calls = []
+
+class Layout(torch.Tensor):
+    # every metadata query torch lets a wrapper answer goes to __torch_dispatch__
+    @staticmethod
+    def __new__(cls, elem):
+        made = torch.Tensor._make_wrapper_subclass(
+            cls, elem.shape, dtype=elem.dtype, device=elem.device,
+            dispatch_layout=True, dispatch_device=True, dispatch_sizes_strides_policy="sizes",
+        )
+        made.elem = elem
+        return made
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        calls.append(str(func))
+        if func is torch.ops.prim.layout.default:
+            return torch.strided
+        if func is torch.ops.prim.device.default:
+            return torch.device("cpu")
+        if func is torch.ops.aten.sym_size.default:
+            return args[0].elem.shape
+        return NotImplemented
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+w = Layout(torch.zeros(3, 4))
+many = [Layout(torch.zeros(2)) for _ in range(20)]
+model = nn.Linear(2, 2)
+model.register_buffer("held", Layout(torch.zeros(5)))
+model.cache = Layout(torch.zeros(6))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+opt.state[model.weight]["extra"] = Layout(torch.zeros(7))
+calls.clear()
+"""
+
+
+def test_a_dispatch_layout_wrapper_runs_none_of_its_code_in_devices(shell: Any) -> None:
+    """``dispatch_layout=True`` sends ``layout`` to the subclass's __torch_dispatch__
+    (``prim.layout.default``): %devices reads it inside the refusing mode as it does its
+    device and sizes (before: one prim.layout.default call per wrapper)."""
+    result = shell.run_cell(HOSTILE_LAYOUT)
+    assert result.success, result.error_in_exec
+    report = shell.run_line_magic("devices", "-o")
+    shell.run_line_magic("devices", "")  # rendered too: text and HTML read no tensor
+    assert shell.user_ns["calls"] == []
+    assert report.row("w").nbytes == 48 and report.row("many[19]").nbytes == 8
+    model = report.row("model")
+    assert model.nbytes == (4 + 2 + 5 + 6) * 4  # weight, bias, the buffer, the attribute
+    assert report.row("opt").nbytes == 7 * 4
+
+
+def test_a_traced_module_counts_its_parameters_and_buffers() -> None:
+    """``torch.jit.trace`` gives a TracedModule whose tables live in the RecursiveScriptModule
+    its instance dict keeps (``_actual_script_module``); ``__getattr__`` forwards to it, so
+    the user sees the eager model's tensors (before: device none, 0 B)."""
+    model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3)).eval()
+    traced = torch.jit.trace(model, torch.zeros(2, 2))
+    leaf = torch.jit.trace(nn.Linear(2, 3), torch.zeros(1, 2))
+    report = scan({"traced": traced, "leaf": leaf}, gpus=False)
+    eager = scan({"model": model}, gpus=False).row("model")
+    row = report.row("traced")
+    assert (row.device, row.nbytes, row.note) == ("cpu", eager.nbytes, "7 tensors")
+    assert row.parts is not None and row.parts.params == 4 and row.parts.buffers == 3
+    assert (report.row("leaf").device, report.row("leaf").nbytes) == ("cpu", (6 + 3) * 4)

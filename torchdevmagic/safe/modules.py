@@ -52,6 +52,10 @@ def module_tree(
                 continue
             if type(ns) is not dict:
                 continue
+        if "_modules" not in ns:  # a traced module: its tables are its script module's
+            ns = traced_namespace(ns, classes)
+            if ns is None:
+                continue
         namespaces.append(ns)
         paths.append(mpath)
         children: Any = ns.get("_modules")
@@ -60,13 +64,9 @@ def module_tree(
                 continue  # a leaf
             items = list(_dict_items(children))
         else:
-            if not issubclass(type(children), dict):
-                children = script_children(children)
-                if children is None:
-                    continue
-            if not dict.__len__(children):
+            items = other_children(children)
+            if not items:
                 continue
-            items = table_items(children)
         for name, child in reversed(items):
             if child is None or (kinds.get(id(type(child))) or kind_of(type(child))) != "module":
                 continue
@@ -128,6 +128,27 @@ def _new_suffix(suffixes: dict[str, str], name: Any, path_of: Callable[[str, Any
     if type(name) is str:
         suffixes[name] = suffix
     return suffix
+
+
+def traced_namespace(ns: dict[str, Any], classes: Classifier) -> Optional[dict[str, Any]]:
+    """The instance dict that holds a traced module's tables: ``torch.jit.trace`` gives a
+    ``TracedModule`` without ``_modules``/``_parameters`` of its own, whose ``__getattr__``
+    forwards to the ``RecursiveScriptModule`` kept under ``_actual_script_module``. Any other
+    module without ``_modules`` (not initialised) keeps its own dict."""
+    actual = ns.get("_actual_script_module")
+    if actual is None or classes.kind_of(type(actual)) != "module":
+        return ns
+    return classes.attributes(actual)
+
+
+def other_children(children: Any) -> list[tuple[Any, Any]]:
+    """A ``_modules`` table that is not exactly a dict: a dict subclass (torch before 2.5),
+    read through dict's own methods, or TorchScript's (:func:`script_children`)."""
+    if not issubclass(type(children), dict):
+        children = script_children(children)
+        if children is None:
+            return []
+    return table_items(children)
 
 
 def script_children(table: Any) -> Optional[dict[str, Any]]:

@@ -68,6 +68,8 @@ def wrapper_facts(
         if device is None:
             device = _refusable(lambda: device_text(tt.get.device(t)))
         shape = _refusable(lambda: tuple(tt.get.shape(t)))
+        # ``dispatch_layout=True`` sends the layout to its __torch_dispatch__ too
+        layout = _refusable(lambda: tt.get_layout(t))
         own = None if parts else _refusable(lambda: _own_storage(t, tt))
     key, nbytes = own if own is not None else (None, 0)
     if parts:
@@ -77,7 +79,7 @@ def wrapper_facts(
     if device is None:
         device = parts[0].device if parts else "unknown"
     requires_grad = bool(tt.get.requires_grad(t))
-    note = "emulated" if hook else _note(attrs, tt.get_layout(t), tt, unread, parts)
+    note = "emulated" if hook else _note(attrs, layout, tt, unread, parts)
     return TensorFacts(
         device,
         dtype_text(tt.get.dtype(t)),
@@ -131,7 +133,7 @@ def _hooked_device(attrs: dict[str, Any], key: str, tt: Torch) -> Optional[str]:
 def _note(attrs: dict[str, Any], layout: Any, tt: Torch, unread: bool, parts: list[Any]) -> str:
     if "_local_tensor" in attrs and parts:
         return "local shard"  # DTensor: the memory this process holds is its shard
-    if layout is not tt.strided:
+    if layout is not None and layout is not tt.strided:  # None: its layout was not read
         return str(layout).replace("torch.", "")
     if unread:  # reading it would run the subclass's __torch_dispatch__
         return "own device not read; where its tensors are" if parts else "device not read"
