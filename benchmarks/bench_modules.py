@@ -10,7 +10,7 @@ process, interleaved: every round times the three in a random order, back to bac
 meet the same phase of the machine (see README.md: the VM alternates fast and slow phases).
 
 * ``bare``: ``modules()`` plus ``_parameters`` and ``_buffers``, each tensor's device and
-  storage bytes summed per device: the ~2 µs a module of issue 17.
+  storage bytes summed per device: about 2 µs a module.
 * ``floor``: ``bare`` plus the one pass the scan cannot leave out and ``bare`` does not
   make: every module's instance dict checked for plain tensor attributes (``self.cache =
   t`` holds memory), in the fastest form found (one C-level pipeline over

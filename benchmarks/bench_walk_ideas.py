@@ -2,7 +2,7 @@
 
     python benchmarks/bench_walk_ideas.py [--blocks 500] [--rounds 31] [--inner 3]
 
-Issue 17 asks for the module walk within 1.5x of ``modules()`` + ``_parameters``; these are
+The target was the module walk within 1.5x of ``modules()`` + ``_parameters``; these are
 the ideas tried for it, kept here so that the verdict on each can be rerun. Every idea gives
 the same answer as the stage it would replace (checked before timing) and runs no user code.
 The model is ``bench_modules.py``'s (``--blocks`` blocks of ``namespaces.Block``); every

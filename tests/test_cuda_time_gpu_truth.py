@@ -1,5 +1,5 @@
 """``%%cuda_time`` through a real shell on a fake GPU as unkind as torch (tests/fake_backend.py):
-what the first real GPU run would have shown (issue 15, findings 3-8)."""
+what the first real GPU run would have shown."""
 
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def test_runs_per_sample_match_the_reported_n(shell: Any) -> None:
     assert timing.runs == 50 and timing.repeats == 4 and len(timing.wall_samples_ms) == 4
 
 
-# ------------------------------------------- a stopped benchmark, warm-up, words (issue 17)
+# ---------------------------------------------------- a stopped benchmark, warm-up, words
 
 
 @pytest.mark.no_cuda

@@ -1,5 +1,5 @@
 """A CUDA checkpoint read on a machine without CUDA through a library's loader, not the
-user's own ``torch.load`` (the deserialize fix's last template, issue 17 audit): the fix adds
+user's own ``torch.load`` (the deserialize fix's last template): the fix adds
 ``map_location=`` to the loader the user called when its code takes one, and the cell then
 loads; a loader without one gets no invented line (it used to print ``torch.load(path,
 map_location="cpu")``, a name ``path`` the user may not have, and the cell still failed).

@@ -1,9 +1,9 @@
-"""``%devcheck fix`` through a real InteractiveShell (issue 17, "One keystroke to apply a
-fix"): the corrected cell is exactly the failing cell with the fix where the diagnosis says,
+"""``%devcheck fix`` through a real InteractiveShell (one keystroke to apply a fix): the
+corrected cell is exactly the failing cell with the fix where the diagnosis says,
 it is put in the next input (``set_next_input``: what Jupyter and terminal IPython read) or
 printed in Colab, and running it succeeds. A fix that belongs in another cell or a file is
-named there, never pretended into this cell. Also the layout of the fix line (issue 17,
-rough edges): the code alone on its line, where it goes on the next, at any terminal width."""
+named there, never pretended into this cell. Also the layout of the fix line: the code alone
+on its line, where it goes on the next, at any terminal width."""
 
 from __future__ import annotations
 
@@ -313,8 +313,8 @@ def test_numpy_of_a_tensor_that_requires_grad_in_a_function(shell: Any, capsys: 
 
 
 def test_device_side_assert_fix_is_run_and_takes_effect(shell: Any, monkeypatch: Any) -> None:
-    # PyTorch 2.0-2.3's verbatim text (shared/pytorch-errors). The fix is a debugging setting,
-    # not a repair: executed here, it must run and set what it says; the failing kernel is
+    # PyTorch 2.0-2.3's verbatim text (tests/data/device_errors.jsonl). The fix is a debugging
+    # setting, not a repair: executed here, it must run and set what it says; the failing kernel is
     # out of reach on a CPU (the cell cannot pass), so the test stops at the setting.
     # setenv, not delenv: the fix sets os.environ itself, and only a recorded setenv is undone
     # at teardown (a leaked CUDA_LAUNCH_BLOCKING=1 changes %%cuda_time's verdicts later).

@@ -1,5 +1,5 @@
-"""A fix is the user's own statement with only the fix's change in it (issue 17, "the
-corrected cell is the original with the fix applied where the tool says, nothing else"):
+"""A fix is the user's own statement with only the fix's change in it (the corrected cell is
+the original with the fix applied where the tool says, nothing else):
 quoting, spacing, comments and the lines of a statement written over several stay as typed,
 a generator argument keeps its one pair of parentheses, and a fix of a statement over several
 lines names them all, in the cell, in an earlier cell and in a file. Before, every fix line

@@ -1,4 +1,4 @@
-"""A model wholly on ``meta`` given real data (issue 17). Moving the data to meta "works" and
+"""A model wholly on ``meta`` given real data. Moving the data to meta "works" and
 computes nothing (a meta tensor has no values); the fix gives the model memory where the data
 is and values in it, and the cell then computes real numbers.
 

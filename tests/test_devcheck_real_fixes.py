@@ -75,7 +75,7 @@ def total(outs, target):
         "numpy_device",
         "criterion(o, target)",
     ),
-    # --- fix templates no case above executed (issue 17 audit; docs/devcheck.md lists all).
+    # --- fix templates no case above executed (docs/devcheck.md lists all).
     # Where the search corpus had no report of the exact shape the case says "constructed".
     Case(
         "creating_line_moved_to_the_cpu",  # rewrites._moved: a trailing move call replaced

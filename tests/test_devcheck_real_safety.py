@@ -1,4 +1,4 @@
-"""%%devcheck reads user objects only through safe/ (issue 13 point 1, issue 18 point 5): no
+"""%%devcheck reads user objects only through safe/: no
 property, dunder override, patched method or hostile mapping of the user runs during a
 diagnosis, and the diagnosis survives them. Each test goes through a real shell."""
 
@@ -30,7 +30,7 @@ def names(d: Any) -> list[str]:
 
 
 def test_class_property_on_the_failing_line_runs_not_and_keeps_the_diagnosis(shell: Any) -> None:
-    """Issue 13 (1a): a ``__class__`` property ran three times and lost the diagnosis."""
+    """A ``__class__`` property ran three times and lost the diagnosis."""
     shell.run_cell(
         SETUP
         + """
@@ -48,7 +48,7 @@ liar = Liar()
 
 
 def test_a_method_patched_onto_tensor_never_runs(shell: Any) -> None:
-    """Issue 13 (1b): ``torch.Tensor.numel`` patched by user code ran during a diagnosis."""
+    """``torch.Tensor.numel`` patched by user code ran during a diagnosis."""
     shell.run_cell(
         SETUP
         + """
@@ -73,7 +73,7 @@ for name in real:
 
 
 def test_oom_ranks_storage_bytes_as_devices_does(shell: Any) -> None:
-    """Issue 13 (1c): a 10-element view of a 95 MiB storage counted 40 B in the OOM ranking
+    """A 10-element view of a 95 MiB storage counted 40 B in the OOM ranking
     and 95 MiB in %devices, so the ranking named the wrong hog."""
     from torchdevmagic import safe
 
@@ -151,7 +151,7 @@ def runs_the_same_code(shell: Any, cell: str) -> Any:
 
 
 def test_tensor_subclass_and_metaclass_code_never_runs(shell: Any) -> None:
-    """Issue 18 (5): a tensor subclass's properties, ``__getattribute__`` and
+    """A tensor subclass's properties, ``__getattribute__`` and
     ``__torch_dispatch__``, and a metaclass ``__getattr__``, named on the failing line."""
     shell.run_cell(SETUP + HOSTILE)
     d = runs_the_same_code(shell, "y = (odd, Odd, spy, model(x))")
@@ -162,7 +162,7 @@ def test_tensor_subclass_and_metaclass_code_never_runs(shell: Any) -> None:
 
 
 def test_class_body_namespace_of_prepare_is_never_read(shell: Any) -> None:
-    """Issue 18 (5): an error inside a class body whose ``__prepare__`` mapping is the user's
+    """An error inside a class body whose ``__prepare__`` mapping is the user's
     (its ``__contains__``/``__getitem__`` must not run)."""
     shell.run_cell(
         SETUP
@@ -185,7 +185,7 @@ class M(type):
 
 
 def test_exception_args_property_never_runs(shell: Any) -> None:
-    """Issue 18 (5): the message is read through BaseException's own ``args``."""
+    """The message is read through BaseException's own ``args``."""
     shell.run_cell(
         SETUP
         + """
@@ -203,7 +203,7 @@ def fail():
 
 
 def test_mock_with_list_spec_keeps_the_diagnosis(shell: Any) -> None:
-    """Issue 18 (5): ``Mock(spec=list)`` passes ``isinstance(m, list)``; reading it as a list
+    """``Mock(spec=list)`` passes ``isinstance(m, list)``; reading it as a list
     raised and lost the diagnosis."""
     shell.run_cell(SETUP + "from unittest import mock\nmocked = mock.Mock(spec=list)\n")
     d = diagnosed(shell, "out = (mocked, model(x))")
@@ -212,7 +212,7 @@ def test_mock_with_list_spec_keeps_the_diagnosis(shell: Any) -> None:
 
 
 def test_oom_reads_no_namespace_value_by_its_own_code(shell: Any) -> None:
-    """Issue 18 (5): the OOM ranking looks at every namespace value; none of their code runs."""
+    """The OOM ranking looks at every namespace value; none of their code runs."""
     shell.run_cell(
         SETUP
         + HOSTILE

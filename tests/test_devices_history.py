@@ -1,5 +1,5 @@
 """``%devices -a`` and IPython's output history: each result once, as ``Out[n]``, and a
-result that is the user's own variable is that variable's row (issue 17)."""
+result that is the user's own variable is that variable's row."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def rich_text(report: DevicesReport, width: int = 200) -> str:
 def test_nesting_past_the_depth_limit_is_said_in_text_html_and_rich(
     shell: Any, capsys: Any
 ) -> None:
-    """The lead's case: eight nested lists around a tensor printed "No tensors, modules or
+    """Eight nested lists around a tensor printed "No tensors, modules or
     optimizers found." and nothing else."""
     run(shell, "import torch\ndeep = [[[[[[[[torch.zeros(1000)]]]]]]]]")
     capsys.readouterr()

@@ -1,6 +1,6 @@
-"""Every verbatim PyTorch message of the corpus (tests/data/device_errors.jsonl, a copy of
-shared/pytorch-errors) is recognised by some rule, and the messages users reported that the
-corpus lacks get their rule too."""
+"""Every verbatim PyTorch message of the corpus (tests/data/device_errors.jsonl, each with
+the PyTorch source that raises it) is recognised by some rule, and the messages users
+reported that the corpus lacks get their rule too."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every PyTorch message shape issue 4 names, verbatim, parses to the right kind and facts."""
+"""Every PyTorch message shape of tests/data/device_errors.jsonl, verbatim, parses to the
+right kind and facts."""
 
 from __future__ import annotations
 

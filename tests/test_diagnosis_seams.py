@@ -1,4 +1,4 @@
-"""The joined seams (issue 13 point 4) and where a diagnosis says it is (issue 14): one regex
+"""The joined seams and where a diagnosis says it is: one regex
 list for environment errors, the environment verdict under a no-CUDA diagnosis, locations as
 IPython prints them."""
 

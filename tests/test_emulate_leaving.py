@@ -2,7 +2,7 @@
 and after it, as on a GPU: the same Parameter objects (optimizers hold them), plain CPU
 tensors, the values and gradients they had.
 
-The lead's report: a model moved to emulated cuda and kept after ``%emulate_cuda off`` could
+Reported: a model moved to emulated cuda and kept after ``%emulate_cuda off`` could
 not be moved back: ``model.cpu()`` raised ``RuntimeError: Attempted to call
 variable.set_data(tensor), but variable and tensor have incompatible tensor type.``
 (``Module._apply`` sets ``param.data`` for a CPU result; during a session too.)

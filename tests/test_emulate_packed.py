@@ -22,8 +22,8 @@ from torchdevmagic.emulate import emulate_cuda  # noqa: E402
 
 
 # bentrevett/pytorch-seq2seq, tutorial 4 ("Packed Padded Sequences, Masking, Inference and
-# BLEU"), its Encoder as users run it after issue #156 (src_len moved to the CPU for
-# pack_padded_sequence): a bidirectional GRU over packed embeddings.
+# BLEU"), its Encoder as users run it after bentrevett/pytorch-seq2seq#156 (src_len moved to
+# the CPU for pack_padded_sequence): a bidirectional GRU over packed embeddings.
 class Encoder(nn.Module):
     def __init__(self, input_dim: int, emb_dim: int, enc_hid_dim: int, dec_hid_dim: int):
         super().__init__()

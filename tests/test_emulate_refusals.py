@@ -2,7 +2,7 @@
 CUDA's out-of-memory error, never the CPU allocator's, never a CPU tensor left held by the
 traceback, and with the user's own line on top of what IPython shows.
 
-The lead's report (terminal IPython, ``%emulate_cuda on``): ``x = torch.zeros(10**12,
+Reported (terminal IPython, ``%emulate_cuda on``): ``x = torch.zeros(10**12,
 device="cuda")`` raised ``RuntimeError: [enforce fail at alloc_cpu.cpp:127] ...
 DefaultCPUAllocator: can't allocate memory: you tried to allocate 4000000000000 bytes``.
 """
@@ -139,7 +139,7 @@ def test_the_traceback_pins_no_cpu_tensor(shell: Any) -> None:
 
 
 def test_terminal_ipython_shows_cuda_s_error_under_the_user_s_line() -> None:
-    # As the lead ran it: each line a cell of its own, typed into terminal IPython.
+    # As it was reported: each line a cell of its own, typed into terminal IPython.
     script = textwrap.dedent(
         """\
         %load_ext torchdevmagic

@@ -104,7 +104,7 @@ def test_linear_with_the_input_left_on_the_cpu() -> None:
 
 # -- random ops with a tensor argument ----------------------------------------------------------
 def test_bernoulli_takes_its_probabilities_from_any_device() -> None:
-    # The lead's report: t.bernoulli_(p) with t on the GPU and p a 2-d CPU tensor was refused
+    # Reported: t.bernoulli_(p) with t on the GPU and p a 2-d CPU tensor was refused
     # ("Expected all tensors to be on the same device..."). Both kernels move p to self's
     # device first: p_.to(self.device()) in cuda/DistributionTemplates.h bernoulli_kernel,
     # p_.to(kCPU) in cpu/DistributionTemplates.h; the stub runs self's device's kernel.

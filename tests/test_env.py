@@ -578,7 +578,7 @@ def test_driver_too_old_for_a_cuda13_build_names_the_wheel(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_pip_that_is_a_fifo_does_not_block(tmp_path: Path) -> None:
-    """A FIFO named pip on PATH: open() would wait for a writer forever (issue 18, item 10)."""
+    """A FIFO named pip on PATH: open() would wait for a writer forever."""
     import os
 
     bindir = tmp_path / "bin"

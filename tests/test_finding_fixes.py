@@ -1,5 +1,5 @@
 """The fixes ``%devices`` prints for its findings, executed in a real shell on the state that
-produced them; the cell that failed then runs (issue 17, rough edges: the split-model fix
+produced them; the cell that failed then runs (the split-model fix
 moves or empties only the odd part, never the trained half)."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from torchdevmagic._format import format_bytes, format_ms
 @pytest.mark.parametrize(
     ("ms", "text"),
     [
-        (18.0, "18.0 ms"),  # issue 17: not "18 ms"
+        (18.0, "18.0 ms"),  # not "18 ms"
         (8.523, "8.52 ms"),
         (999.7, "1.00 s"),  # not "1e+03 ms"
         (999.4, "999 ms"),
@@ -101,7 +101,7 @@ def test_format_ms_at_each_unit_and_digit_boundary(boundary: float, below: str, 
 @pytest.mark.parametrize(
     ("ms", "text"),
     [
-        (0.0009995, "1.00 µs"),  # the lead's case: was "1000 ns"
+        (0.0009995, "1.00 µs"),  # was "1000 ns"
         (0.9995, "1.00 ms"),
         (999.5, "1.00 s"),
         (0.0009994, "999 ns"),

@@ -1,4 +1,4 @@
-"""Each report names the ways of the front door that made it (issue 17): ``%devices`` its
+"""Each report names the ways of the front door that made it: ``%devices`` its
 options, the Python API (``scan()``, ``report.diff()``, ``free_memory()``) its keywords and
 functions. A report made by ``torchdevmagic.scan()`` said "free with: %devices --free" and
 "%devices -a shows them", and its diff "--top 0 shows all": ways a script does not have.

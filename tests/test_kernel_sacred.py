@@ -1,4 +1,4 @@
-"""The user's exception through a real kernel (issue 18, items 2, 3, 4): nbclient reports
+"""The user's exception through a real kernel: nbclient reports
 the user's own ``ename``; an explained exception raised again later shows its new traceback
 (also after ``%devcheck off`` and ``%unload_ext``); a class that renders its own traceback
 (ipyparallel's ``RemoteError``) keeps it. ipykernel on this interpreter, one notebook."""

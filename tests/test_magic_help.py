@@ -105,7 +105,7 @@ def test_cuda_time_o_prints_nothing_else(shell: Any, capsys: Any) -> None:
 
 def test_devcheck_o_prints_nothing_else(shell: Any, capsys: Any) -> None:
     """``%devcheck -o`` returns the last Diagnosis (shown once, as Out[n]); the status line
-    "%devcheck is off" was printed before it (audit, issue 17: ``-o`` prints nothing else)."""
+    "%devcheck is off" was printed before it (``-o`` prints nothing else)."""
     from torchdevmagic.diagnosis import Diagnosis
 
     shell.run_cell("import torch\nx = torch.zeros(2, device='meta')")
@@ -160,7 +160,7 @@ print(sorted(n for n in ours if "parser" in getattr(line[n], "__dict__", {})))
 @pytest.mark.slow
 def test_loading_imports_no_magic_and_first_use_only_its_own() -> None:
     """``%load_ext`` registers thin functions; the first ``%devices`` imports its module and
-    builds its parser only (issue 17: loading costs no more than ``%load_ext autotime``)."""
+    builds its parser only (loading costs no more than ``%load_ext autotime``)."""
     out = subprocess.run(
         [sys.executable, "-c", LOAD], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout.splitlines()

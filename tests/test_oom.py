@@ -78,7 +78,7 @@ def test_an_old_result_in_out_is_freed_then_the_cell_runs(emu: Any) -> None:
 
 
 def test_asked_through_the_api_the_fix_is_the_apis_and_it_runs(emu: Any) -> None:
-    """``torchdevmagic.diagnose()`` said "Fix: %devices --free", the magic's way (issue 17):
+    """``torchdevmagic.diagnose()`` said "Fix: %devices --free", the magic's way:
     asked through the Python API the fix is the API's own, run here as printed."""
     run(emu, "import sys, torchdevmagic")
     run(emu, "model = nn.Linear(1024, 16384).to('cuda')")  # 64 MiB

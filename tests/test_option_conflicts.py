@@ -1,5 +1,5 @@
 """Options that cannot go together are a one-line ``UsageError`` (the exact class, so IPython
-shows the short form) naming both, never one of them silently ignored (issue 17: ``%devices
+shows the short form) naming both, never one of them silently ignored (``%devices
 --env --free`` ran ``--env`` and dropped ``--free``). Every magic, through a real shell."""
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def test_readme_links_work_on_a_package_index_page() -> None:
 
 
 def test_a_magic_is_made_at_first_use_and_unloaded_with_what_it_hooked(_ipython: Any) -> None:
-    """Loading registers thin functions (issue 17: %load_ext no costlier than autotime); the
+    """Loading registers thin functions (%load_ext no costlier than autotime's); the
     first use puts the real methods in their place, and unloading takes back the methods,
     the thin functions left and the hooks ``%cuda_time on`` added, but not a user's magic."""
     from torchdevmagic.magics import MAGICS, implementation

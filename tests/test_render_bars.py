@@ -1,4 +1,4 @@
-"""The pictures of the ``%devices`` HTML report (issue 17): one bar per GPU, one per module
+"""The pictures of the ``%devices`` HTML report: one bar per GPU, one per module
 split across devices; widths proportional to the figures, the figures in words, user text
 escaped, colours readable on light and dark pages, no overflow in a real browser."""
 

@@ -1,4 +1,4 @@
-"""What every line of a report looks like, at both IPython ends (issue 17): no trailing
+"""What every line of a report looks like, at both IPython ends: no trailing
 spaces in text or rich output; each table header is the word of the field it shows."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The user's exception leaves the magics as it came in (issue 18, items 2, 3, 4, 9, 12, 15).
+"""The user's exception leaves the magics as it came in.
 
 Same type, message, args and user frames; an exception note where notes exist; picklable;
 nothing of ours left on it or its class after the cell; none of our frames in its traceback.
@@ -73,14 +73,14 @@ def test_the_exception_leaves_as_it_came_in(shell: Any, way: str, capsys: Any) -
     assert any(n.startswith("Device mismatch") for n in exc.__notes__)
     assert not hasattr(exc, "_render_traceback_")
     assert "_render_traceback_" not in vars(RuntimeError)
-    copy = pickle.loads(pickle.dumps(exc))  # item 9: a local lambda made this fail
+    copy = pickle.loads(pickle.dumps(exc))  # a local lambda made this fail
     assert type(copy) is RuntimeError and copy.args == exc.args
-    assert ours(exc.__traceback__) == []  # item 12
+    assert ours(exc.__traceback__) == []  # none of our frames
     assert f"{os.sep}torch{os.sep}" in frames(exc.__traceback__)[-1]  # raised inside torch
 
 
 class DictPropertyError(RuntimeError):
-    """An exception class whose ``__dict__`` property raises (item 2)."""
+    """An exception class whose ``__dict__`` property raises."""
 
     @property  # type: ignore[override]
     def __dict__(self) -> Any:

@@ -1,8 +1,8 @@
-"""The user's code and terminal are sacred (issue 18, items 13 and 14), in a real shell.
+"""The user's code and terminal are sacred, in a real shell.
 
-13: a mistake in any magic's option line is a one-line ``UsageError`` (an unmatched quote was
+A mistake in any magic's option line is a one-line ``UsageError`` (an unmatched quote was
 a ``ValueError`` traceback); a count no one can wait for is refused, naming the limit.
-14: a trailing ``;`` hides a magic cell's value exactly when it hides a plain cell's.
+A trailing ``;`` hides a magic cell's value exactly when it hides a plain cell's.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The advice that frees a tensor pinned by the last traceback frees it (issue 18, item 16).
+"""The advice that frees a tensor pinned by the last traceback frees it.
 
 ``sys.last_traceback = sys.last_value = None`` alone frees nothing on IPython 9.18 or 7.34:
 the shell's traceback formatter keeps the last traceback it formatted
@@ -27,7 +27,7 @@ def forward():
 
 def advice(door: str) -> str:
     """The 'free with: ...' advice the package prints about the last traceback, in the words
-    of the door that made the report (``%devices --free`` since issue 17, it was the sys.last_*
+    of the door that made the report (``%devices --free``; it was the sys.last_*
     assignments before; the Python API's own function since the report of ``scan()`` said
     ``%devices --free`` too)."""
     from torchdevmagic.render.devices import FREE

@@ -1,4 +1,4 @@
-"""The message rules are linear and the analysis of any message is bounded (issue 18, item 1).
+"""The message rules are linear and the analysis of any message is bounded.
 
 Two rules backtracked O(n^2) over a run of word characters anywhere in a message:
 ``raise KeyError('deadbeef' * 3750)`` under ``%devcheck on`` took 14-25 s, and Ctrl-C could not

@@ -1,5 +1,5 @@
-"""The scan's layers and what a report says about what it left out (issue 13, issue 18
-items 11 and 7, issue 14's register_buffer fix)."""
+"""The scan's layers and what a report says about what it left out: no row disappears
+without a word, user text is never rich markup, the register_buffer fix runs as printed."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_findings_are_data_and_render_owns_the_words() -> None:
     assert plain["fix"] == "model[1].to_empty(device='cpu', recurse=False)"
 
 
-# --- issue 14: the register_buffer fix must run where it is printed ---------------------------
+# --- the register_buffer fix must run where it is printed --------------------------------------
 
 NORM = """
 import torch
@@ -82,7 +82,7 @@ def test_plain_attribute_fix_runs_in_the_shell_and_then_moves(shell: Any) -> Non
     assert not [f for f in again.findings if f.code == "plain_tensor_attribute"]
 
 
-# --- issue 18 item 11: rows never disappear without a word ------------------------------------
+# --- rows never disappear without a word ---------------------------------------------------
 
 
 def test_tensors_in_a_simple_namespace_are_found() -> None:
@@ -227,7 +227,7 @@ def test_containers_mutated_by_another_thread_keep_their_tensors(kind: str) -> N
     assert missing == 0
 
 
-# --- issue 18 item 7: user text is never rich markup ------------------------------------------
+# --- user text is never rich markup ---------------------------------------------------------
 
 _MARKUP = ["[/bold]", "[red]secret[/red]", "[link=https://example.com]x[/link]", "[", "]", "\\["]
 

@@ -1,4 +1,4 @@
-"""Tensors without one plain storage (issue 18 items 6 and 8): wrapper subclasses whose
+"""Tensors without one plain storage: wrapper subclasses whose
 device and sizes dispatch, our emulated device's hook, DTensor, jagged NestedTensor, mkldnn,
 TorchScript modules. The scan must run none of their code and give the memory they hold."""
 

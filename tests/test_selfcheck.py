@@ -489,7 +489,7 @@ def test_real_gpu_run(tmp_path: Path) -> None:
         assert r["status"] == "PASS" or (r["status"] == "SKIP" and r["name"] in allowed_skips), r
 
 
-# ------------------------------------------------------------------------ issue 15's checks
+# ----------------------------------------------------------- the checks judged by pure functions
 # Each is judged by a pure function; here each judgement is fed the facts a broken
 # %%cuda_time / %devices would produce, so every check can FAIL.
 

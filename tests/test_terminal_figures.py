@@ -1,4 +1,4 @@
-"""A figure never breaks across lines in the terminal table (issue 17): at 80 columns the
+"""A figure never breaks across lines in the terminal table: at 80 columns the
 Details of a module wrapped inside a figure, ``meta ×2 (0`` / ``B); 12 params (24 B)``."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from torchdevmagic.selfcheck.records import (
     skipped,
 )
 
-AGREEMENT = 0.05  # the bound: %%cuda_time vs hand-made events vs torch.utils.benchmark
+AGREEMENT = 0.05  # the bound between %%cuda_time, hand-made events and torch.utils.benchmark
 
 
 def order_problems(chain: Sequence[tuple[str, Optional[int]]]) -> list[str]:

@@ -62,7 +62,8 @@ def same_device_got_is_on(m: re.Match[str]) -> Match:
 
 @rule(
     # (?<!\w): the op name starts a word. Without it every position inside a long run of word
-    # characters restarts \w+ and backtracks over the rest of the run: O(n^2) (issue 18).
+    # characters restarts \w+ and backtracks over the rest of the run: O(n^2)
+    # (tests/test_sacred_rules.py).
     r"(?<!\w)(\w+): expected '(\w+)' to be (CUDA|CPU|a CPU tensor), but got "
     r"(CPU|CUDA|tensor on \S+)"
 )

@@ -28,7 +28,7 @@ _OOM_NEW = re.compile(r"GPU (\d+) has a total capac(?:i)?ty of ([\d.]+ \w+)")
 _OOM_OLD = re.compile(r"\(GPU (\d+); ([\d.]+ \w+) total capacity")
 # The allocator's figures, 2.1+ ("of which 40.75 MiB is free ... 17.19 MiB is reserved by
 # PyTorch but unallocated") and 1.4-2.0 ("9.45 GiB already allocated; 11.44 MiB free; 9.76 GiB
-# reserved in total by PyTorch"): c10/cuda/CUDACachingAllocator.cpp, shared/pytorch-errors.
+# reserved in total by PyTorch"): c10/cuda/CUDACachingAllocator.cpp, tests/data/device_errors.jsonl.
 _OOM_FIGURES = {
     "free_bytes": re.compile(r"of which ([\d.]+ \w+) is free|; ([\d.]+ \w+) free;"),
     "allocated_bytes": re.compile(
