@@ -1,11 +1,13 @@
-"""%%devcheck on device bugs from real reports (tests/data/devcheck_real_cases.py), scored.
+"""%%devcheck on device bugs from real reports (tests/data/devcheck_real_cases.py), each solved.
 
 Each case runs through a real InteractiveShell: the setup cell, then the failing cell under
 ``%%devcheck``. Fully solved = the right kind, the right culprit named first, and the printed
 fix, applied where the tool says (run before the cell, a cell line replaced or inserted, or a
 line of the named function replaced in its cell or ``.py`` file), makes the cell run (or fail
-only with the later error the case names). ``python tests/test_devcheck_real.py`` prints the
-table and the score.
+only with the later error the case names). ``test_real_case`` runs every case and fails on
+any not fully solved; a case this version cannot solve goes in ``KNOWN_FAILURES`` with its
+reason, as a strict xfail. ``python tests/test_devcheck_real.py`` prints the table and the
+count solved.
 """
 
 from __future__ import annotations
@@ -223,11 +225,6 @@ def test_case_set_is_large_and_cited() -> None:
 def test_real_case(shell: Any, case: Any) -> None:
     outcome = run_case(shell, case)
     assert outcome.solved, (outcome.detail, outcome.fix)
-
-
-def test_score_at_least_90_percent() -> None:
-    solved = len(CASES) - len(KNOWN_FAILURES)
-    assert solved / len(CASES) >= 0.9, KNOWN_FAILURES
 
 
 def main() -> None:
