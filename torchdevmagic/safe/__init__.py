@@ -16,7 +16,7 @@ Rules (each one paid for by a bug; see docs/architecture.md):
   through ``torch._C.StorageBase``'s (whatever is patched onto ``torch.Tensor``), with
   ``__torch_function__`` disabled; no tensor value is read.
 * A tensor subclass with its own ``__torch_dispatch__`` is read inside a mode that refuses
-  any dispatch (safe/wrappers.py); its memory is that of the tensors it holds. A class
+  any dispatch (safe/tensors.py); its memory is that of the tensors it holds. A class
   attribute ``__torchdevmagic_device__`` (``True``: the instance-dict key
   ``_emulated_device``; or a key name) gives an emulated tensor's Python-visible device.
 * Every read of one object is inside ``try``: an object that refuses is skipped.

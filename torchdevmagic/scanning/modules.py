@@ -9,7 +9,7 @@ from __future__ import annotations
 from itertools import compress, repeat
 from math import prod
 from operator import is_, is_not, not_
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional, Union
 
 from torchdevmagic._format import plural
 from torchdevmagic.records import DeviceShare, ModuleParts, Row
@@ -21,36 +21,34 @@ from torchdevmagic.safe.paths import attr_path
 from torchdevmagic.safe.tensors import read_facts
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.breakdown import Breakdown
-
-if TYPE_CHECKING:
-    from torchdevmagic.scanning.walker import Walker
+from torchdevmagic.scanning.state import ScanState
 
 
-def walk_module(walker: Walker, mod: Any, path: str) -> None:
+def walk_module(scan: ScanState, mod: Any, path: str) -> None:
     """Parameters, buffers (and their grads) of the module tree, read from the module
     dicts directly: ``named_parameters()`` is a method a subclass may override."""
-    classes = walker.classes
+    classes = scan.classes
 
     def read() -> tuple[tuple[list[Any], list[str], list[bool]], list[tuple[str, Any]]]:
-        # Reads only (the walker's seen set grows idempotently): safe to run twice.
-        namespaces, module_paths = module_tree(mod, path, classes, walker.seen)
+        # Reads only (the scan's seen set grows idempotently): safe to run twice.
+        namespaces, module_paths = module_tree(mod, path, classes, scan.seen)
         owned = owned_tensors(namespaces, module_paths, classes)
         return owned, plain_tensor_attributes(namespaces, module_paths, classes)
 
-    tree = walker.snapshot(read, path)  # another thread may be setting attributes meanwhile
+    tree = scan.snapshot(read, path)  # another thread may be setting attributes meanwhile
     if tree is None:
         return
     owned, attrs = tree
     acc = Breakdown()
-    parts = _module_tensors(walker, *owned, acc)
-    _module_row(walker, mod, path, acc=acc, attrs=attrs, parts=parts)
+    parts = _module_tensors(scan, *owned, acc)
+    _module_row(scan, mod, path, acc=acc, attrs=attrs, parts=parts)
 
 
 def _module_tensors(
-    walker: Walker, tensors: list[Any], paths: list[str], is_param: list[bool], acc: Breakdown
+    scan: ScanState, tensors: list[Any], paths: list[str], is_param: list[bool], acc: Breakdown
 ) -> ModuleParts:
     """Parameters and buffers of a module tree, column-wise; then their grads."""
-    ledger, tt = walker.ledger, walker.tt
+    ledger, tt = scan.ledger, scan.tt
     cols: Union[Placement, Columns, None] = batch.placement_columns(tensors, tt)
     if cols is None:
         role = dict(zip(paths, is_param))
@@ -78,7 +76,7 @@ def _module_tensors(
         return parts
     grad_count = grad_bytes = 0
     for p, grad in zip(paths, grads):
-        if grad is not None and walker.kind_of(type(grad)) == "tensor":
+        if grad is not None and scan.kind_of(type(grad)) == "tensor":
             facts = read_facts(grad, tt)
             gpath = p + ".grad"
             gbytes, _ = ledger.count(facts.storage_key, facts.storage_bytes, facts.device, gpath)
@@ -113,7 +111,7 @@ def _parts(
 
 
 def _module_row(
-    walker: Walker,
+    scan: ScanState,
     mod: Any,
     path: str,
     *,
@@ -125,16 +123,16 @@ def _module_row(
     main = findings.target_device(shares)
     split = findings.split_module(path, main, shares, acc.tensors if len(shares) > 1 else [])
     if split is not None:
-        walker.findings.append(split)
+        scan.findings.append(split)
     attribute_bytes = dists = dist_tensors = dist_bytes = 0
-    tensor_ids = walker.classes.tensor_type_ids
+    tensor_ids = scan.classes.tensor_type_ids
     for apath, value in attrs:
         if id(type(value)) in tensor_ids:
             attribute_bytes += _plain_attribute(
-                walker, apath, value, module_device=main, shares=shares, acc=acc
+                scan, apath, value, module_device=main, shares=shares, acc=acc
             )
         else:  # a torch.distributions object: its tensors, one finding for it
-            held, nbytes = _distribution(walker, apath, value, module_device=main, acc=acc)
+            held, nbytes = _distribution(scan, apath, value, module_device=main, acc=acc)
             dists += 1
             dist_tensors += held
             dist_bytes += nbytes
@@ -155,24 +153,24 @@ def _module_row(
             distribution_bytes=dist_bytes,
         ),
     )
-    walker.ledger.rows.append(row)
-    walker.module_rows.append(row)
+    scan.ledger.rows.append(row)
+    scan.module_rows.append(row)
 
 
 def _distribution(
-    walker: Walker, dpath: str, dist: Any, *, module_device: Optional[str], acc: Breakdown
+    scan: ScanState, dpath: str, dist: Any, *, module_device: Optional[str], acc: Breakdown
 ) -> tuple[int, int]:
     """Counts the tensors a distribution attribute holds into the row; how many, their
     bytes."""
-    held = walker.classes.attributes(dist) or {}
-    tensor_ids = walker.classes.tensor_type_ids
+    held = scan.classes.attributes(dist) or {}
+    tensor_ids = scan.classes.tensor_type_ids
     total, devices = 0, []
     for name, value in list(dict.items(held))[:MAX_HELD]:
         if type(name) is not str or id(type(value)) not in tensor_ids:
             continue
-        facts = read_facts(value, walker.tt)
+        facts = read_facts(value, scan.tt)
         tpath = attr_path(dpath, name)
-        nbytes, _ = walker.ledger.count(facts.storage_key, facts.storage_bytes, facts.device, tpath)
+        nbytes, _ = scan.ledger.count(facts.storage_key, facts.storage_bytes, facts.device, tpath)
         acc.add(facts.device, nbytes, facts.dtype, tpath)
         total += nbytes
         devices.append(facts.device)
@@ -180,7 +178,7 @@ def _distribution(
         finding = findings.distribution_attribute(
             dpath, class_name(type(dist)), tuple(dict.fromkeys(devices)), module_device
         )
-        walker.findings.append(finding)
+        scan.findings.append(finding)
     return len(devices), total
 
 
@@ -188,7 +186,7 @@ MAX_HELD = 64  # a distribution holds a handful of tensors
 
 
 def _plain_attribute(
-    walker: Walker,
+    scan: ScanState,
     apath: str,
     value: Any,
     *,
@@ -197,8 +195,8 @@ def _plain_attribute(
     acc: Breakdown,
 ) -> int:
     """Counts a plain tensor attribute into the row; its bytes."""
-    facts = read_facts(value, walker.tt)
-    nbytes, _ = walker.ledger.count(facts.storage_key, facts.storage_bytes, facts.device, apath)
+    facts = read_facts(value, scan.tt)
+    nbytes, _ = scan.ledger.count(facts.storage_key, facts.storage_bytes, facts.device, apath)
     acc.add(facts.device, nbytes, facts.dtype, apath)
-    walker.findings.append(findings.plain_attribute(apath, facts.device, module_device, shares))
+    scan.findings.append(findings.plain_attribute(apath, facts.device, module_device, shares))
     return nbytes

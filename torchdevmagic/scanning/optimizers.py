@@ -3,7 +3,7 @@ they live where their parameters do. Parameters are named by the paths the modul
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from torchdevmagic._format import plural
 from torchdevmagic.records import Member, Row
@@ -13,43 +13,41 @@ from torchdevmagic.safe.paths import key_text
 from torchdevmagic.safe.tensors import device_text, tensor_facts
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.breakdown import Breakdown
-
-if TYPE_CHECKING:
-    from torchdevmagic.scanning.walker import Walker
+from torchdevmagic.scanning.state import ScanState
 
 _dict_items = dict.items
 
 
-def finish_optimizers(walker: Walker) -> None:
-    for path, opt in walker.optimizers:
+def finish_optimizers(scan: ScanState) -> None:
+    for path, opt in scan.optimizers:
         try:
-            optimizer_row(walker, path, opt)
+            optimizer_row(scan, path, opt)
         except Exception:
-            walker.refused += 1
+            scan.refused += 1
 
 
-def optimizer_row(walker: Walker, path: str, opt: Any) -> None:
-    ns = walker.classes.attributes(opt) or {}
+def optimizer_row(scan: ScanState, path: str, opt: Any) -> None:
+    ns = scan.classes.attributes(opt) or {}
     state = ns.get("state")
     acc = Breakdown()
     mismatched: list[Member] = []
     if state is not None and issubclass(type(state), dict):
-        tensors, paths, expected = _state_tensors(walker, path, state)
-        mismatched = _count_state(walker, tensors, paths, expected, acc)
+        tensors, paths, expected = _state_tensors(scan, path, state)
+        mismatched = _count_state(scan, tensors, paths, expected, acc)
     finding = findings.optimizer_state(path, mismatched)
     if finding is not None:
-        walker.findings.append(finding)
+        scan.findings.append(finding)
     device = acc.main_device()
     note = plural(len(acc), "state tensor")
     if not len(acc):
-        device = _param_device(walker, ns.get("param_groups"))
-        stateless = _sgd_without_momentum(walker, opt, ns.get("param_groups"))
+        device = _param_device(scan, ns.get("param_groups"))
+        stateless = _sgd_without_momentum(scan, opt, ns.get("param_groups"))
         note = (
             "no state: SGD without momentum keeps none"
             if stateless
             else ("no state yet (before the first step)")
         )
-    walker.ledger.rows.append(
+    scan.ledger.rows.append(
         Row(
             path=path,
             kind="optimizer",
@@ -64,10 +62,10 @@ def optimizer_row(walker: Walker, path: str, opt: Any) -> None:
 
 
 def _state_tensors(
-    walker: Walker, path: str, state: dict[Any, Any]
+    scan: ScanState, path: str, state: dict[Any, Any]
 ) -> tuple[list[Any], list[str], list[Optional[str]]]:
     """Every state tensor, its path and its parameter's device, in state order."""
-    tt, param_path, kind_of = walker.tt, walker.ledger.param_path, walker.kind_of
+    tt, param_path, kind_of = scan.tt, scan.ledger.param_path, scan.kind_of
     tensors: list[Any] = []
     paths: list[str] = []
     expected: list[Optional[str]] = []
@@ -87,7 +85,7 @@ def _state_tensors(
 
 
 def _count_state(
-    walker: Walker,
+    scan: ScanState,
     tensors: list[Any],
     paths: list[str],
     expected: list[Optional[str]],
@@ -95,8 +93,8 @@ def _count_state(
 ) -> list[Member]:
     """Count the state tensors column-wise, as a module's; those on another device than
     their parameter (a CPU scalar ``step`` is where it belongs)."""
-    ledger = walker.ledger
-    cols = batch.facts_columns(tensors, walker.tt)
+    ledger = scan.ledger
+    cols = batch.facts_columns(tensors, scan.tt)
     if cols is None:
         where = dict(zip(paths, expected))
         tensors, paths, cols = ledger.facts_one_by_one(tensors, paths)
@@ -110,26 +108,26 @@ def _count_state(
     ]
 
 
-def _sgd_without_momentum(walker: Walker, opt: Any, groups: Any) -> bool:
+def _sgd_without_momentum(scan: ScanState, opt: Any, groups: Any) -> bool:
     """Whether ``opt`` is an SGD whose groups all have momentum 0: it never keeps state,
     so an empty state does not mean "before the first step" (torch.optim.SGD's step
     stores a momentum buffer only when momentum is not 0)."""
-    optim = dict.get(walker.tt.module_.__dict__, "optim")
-    sgd = dict.get(optim.__dict__, "SGD") if type(optim) is type(walker.tt.module_) else None
+    optim = dict.get(scan.tt.module_.__dict__, "optim")
+    sgd = dict.get(optim.__dict__, "SGD") if type(optim) is type(scan.tt.module_) else None
     if type(sgd) is not type or not issubclass(type(opt), sgd) or type(groups) is not list:
         return False
     momenta = [dict.get(g, "momentum") if type(g) is dict else None for g in groups]
     return bool(momenta) and all(type(m) in (int, float) and m == 0 for m in momenta)
 
 
-def _param_device(walker: Walker, groups: Any) -> str:
+def _param_device(scan: ScanState, groups: Any) -> str:
     """The device of an optimizer's parameters, read from its param_groups lists."""
-    acc, tt = Breakdown(), walker.tt
+    acc, tt = Breakdown(), scan.tt
     if type(groups) is list:
         for group in groups:
             params = group.get("params") if type(group) is dict else None
             for param in params if type(params) is list else ():
-                if walker.kind_of(type(param)) == "tensor":
+                if scan.kind_of(type(param)) == "tensor":
                     plain = type(param) is tt.parameter or type(param) is tt.tensor
                     # a subclass's visible device (cuda:0 for an emulated one, not its meta)
                     facts = None if plain else tensor_facts(param, tt)

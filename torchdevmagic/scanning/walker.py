@@ -13,16 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice, repeat
 from operator import is_
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional
 
-from torchdevmagic.records import Finding, Row, ScanStats
+from torchdevmagic.records import ScanStats
 from torchdevmagic.safe.batch import all_exactly
-from torchdevmagic.safe.classes import Classifier
 from torchdevmagic.safe.containers import sequence_len, sequence_values, set_len
 from torchdevmagic.safe.handles import Torch
 from torchdevmagic.safe.objects import class_attribute, slot_values
 from torchdevmagic.safe.paths import attr_path, item_path
 from torchdevmagic.scanning.ledger import Ledger
+from torchdevmagic.scanning.modules import walk_module
+from torchdevmagic.scanning.state import ScanState
 
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ITEMS = 100_000  # per container; a list of 10 million ints is capped, not walked
@@ -30,7 +31,6 @@ DEFAULT_MAX_OBJECTS = 2_000_000  # whole-scan budget
 BATCH_MIN = 16  # containers of only tensors at least this long are visited in one step
 
 _dict_items = dict.items
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -50,27 +50,20 @@ class Limits:
     max_objects: int = DEFAULT_MAX_OBJECTS
 
 
-class Walker:
+class Walker(ScanState):
+    """The walk (:class:`~.state.ScanState` is what it gathers)."""
+
     def __init__(self, tt: Torch, limits: Limits, ledger: Optional[Ledger] = None) -> None:
-        self.tt = tt
+        super().__init__(tt, ledger)
         self.max_depth, self.max_items, self.budget = (
             limits.max_depth,
             limits.max_items,
             limits.max_objects,
         )
-        self.classes = Classifier(tt)
-        self.kinds, self.kind_of = self.classes.kinds, self.classes.kind_of
-        self.ledger = ledger or Ledger(tt)
-        self.module_rows: list[Row] = []  # also in the ledger's rows
-        self.findings: list[Finding] = []
-        self.optimizers: list[tuple[str, Any]] = []
-        self.seen: set[int] = set()  # ids of containers/objects already walked
         self.visited = 0
         self.skipped_items = 0
-        self.refused = 0
         self.over_budget = 0
         self.truncated: list[str] = []
-        self.mutated: list[str] = []
         self.root = ""  # the namespace name being walked
         self.too_deep: dict[int, tuple[str, Any]] = {}  # id -> (root, object) past max_depth
         self.deep: Deep = Deep()  # what :mod:`.deep` found past max_depth
@@ -127,17 +120,6 @@ class Walker:
             WALKERS[kind](self, obj, path, depth)
         except Exception:
             self.refused += 1
-
-    def snapshot(self, read: Callable[[], _T], path: str) -> Optional[_T]:
-        """``read()`` (a C-level copy of a container); once more if the container changed
-        size meanwhile; ``None``, with ``path`` reported, if it changed again."""
-        for _ in range(2):
-            try:
-                return read()
-            except RuntimeError:  # "dictionary changed size during iteration" and friends
-                continue
-        self.mutated.append(path)
-        return None
 
     def _capped(self, items: Iterable[tuple[str, Any]], total: int, path: str, depth: int) -> None:
         for count, (child_path, value) in enumerate(items):
@@ -248,8 +230,6 @@ class Walker:
             self.visit(value, attr_path(path, name), depth + 1)
 
     def walk_module(self, mod: Any, path: str, depth: int) -> None:
-        from torchdevmagic.scanning.modules import walk_module
-
         walk_module(self, mod, path)
 
 
