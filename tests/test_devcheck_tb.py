@@ -32,8 +32,8 @@ def test_before_any_error(shell: Any, capsys: Any) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("%devices --bogus", "unrecognized arguments: --bogus"),
-        ("%devcheck --bogus", "unrecognized arguments: --bogus"),
+        ("%devices --bogus", "%devices: unrecognized arguments: --bogus"),
+        ("%devcheck --bogus", "%devcheck: unrecognized arguments: --bogus"),
         ("%cuda_time sideways", "%cuda_time takes on, off or status, not 'sideways'"),
     ],
 )

@@ -85,7 +85,7 @@ def test_usage_error_shows_short_form_in_a_cell(shell: Any, capsys: Any) -> None
     shell.run_cell("%devices --bogus")
     out = capsys.readouterr()
     text = out.out + out.err
-    assert "UsageError: unrecognized arguments: --bogus" in text
+    assert "UsageError: %devices: unrecognized arguments: --bogus" in text
     assert "Traceback" not in text
 
 

@@ -53,6 +53,15 @@ def scan(
     ``hidden`` and ``_``-prefixed names are skipped unless ``include_hidden``. ``gpus=False``
     leaves out the per-GPU memory section.
     """
+    _check_scan_arguments(
+        namespace=namespace,
+        device=device,
+        sort=sort,
+        top=top,
+        max_depth=max_depth,
+        max_items=max_items,
+        max_objects=max_objects,
+    )
     if namespace is None:
         frame = sys._getframe(1)
         namespace = frame.f_globals
@@ -107,6 +116,56 @@ def scan(
         sort=sort,
         top=top,
     )
+
+
+SORT_KEYS = ("size", "name", "device")
+
+
+def _check_scan_arguments(
+    *,
+    namespace: Any,
+    device: Any,
+    sort: Any,
+    top: Any,
+    max_depth: Any,
+    max_items: Any,
+    max_objects: Any,
+) -> None:
+    """A wrong argument is a ``TypeError``/``ValueError`` naming it and what it takes, before
+    anything is read (a string depth would fail deep in the walk, a wrong sort key be ignored)."""
+    if namespace is not None and not issubclass(type(namespace), Mapping):
+        raise TypeError(
+            f"scan(namespace=) takes a mapping of names to values (e.g. globals()), "
+            f"not {type(namespace).__name__}"
+        )
+    if device is not None:
+        if not isinstance(device, str):
+            raise TypeError(
+                f"scan(device=) takes a device name such as 'cuda:0', not {type(device).__name__}"
+            )
+        from torchdevmagic._device import Device
+
+        try:
+            Device.parse(device)
+        except ValueError:
+            raise ValueError(
+                f"scan(device=) takes cpu, cuda, cuda:N, mps or meta, not {device!r}"
+            ) from None
+    if sort not in SORT_KEYS:
+        raise ValueError(f"scan(sort=) takes 'size', 'name' or 'device', not {sort!r}")
+    if top is not None:
+        _whole("top", top, 0, " (or None: all rows)")
+    _whole("max_depth", max_depth, 0)
+    _whole("max_items", max_items, 1)
+    _whole("max_objects", max_objects, 1)
+
+
+def _whole(name: str, value: Any, least: int, more: str = "") -> None:
+    takes = f"scan({name}=) takes a whole number of at least {least}{more}"
+    if type(value) is not int:  # bool is an int, and no count
+        raise TypeError(f"{takes}, not {type(value).__name__} {value!r}")
+    if value < least:
+        raise ValueError(f"{takes}, not {value!r}")
 
 
 def _filtered(

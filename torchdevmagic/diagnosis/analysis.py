@@ -101,6 +101,16 @@ def diagnose(
     its message. Runs no user code and keeps no reference to frames or tensors. ``made_by``
     is the front door asking ("%%devcheck" or the Python API's "diagnose"): a fix that is a
     tool of ours names that door's (``%devices --free`` or ``torchdevmagic.free_memory()``)."""
+    if not issubclass(type(exc), BaseException):  # a message alone has no frames to explain
+        raise TypeError(
+            f"diagnose(exc) takes the exception raised (e.g. `except Exception as exc: "
+            f"diagnose(exc)`), not {type(exc).__name__}"
+        )
+    if namespace is not None and not issubclass(type(namespace), Mapping):
+        raise TypeError(
+            f"diagnose(namespace=) takes a mapping of names to values (e.g. globals()), "
+            f"not {type(namespace).__name__}"
+        )
     text = rl.error_text(exc)
     match = rl.match_message(text)
     if match is None:

@@ -8,13 +8,16 @@ builds the parser the first time the magic runs or its help is asked for. The he
 full help, under the magic's own name (``%%cuda_time``, ``%devcheck``), not a method name.
 
 ``parse_argstring`` splits the line with ``shlex`` first, which raises ``ValueError`` on an
-unmatched quote; argparse reports the rest as ``UsageError`` itself. Counts are bounded: a
-run count the user cannot wait for is a typo, not a request.
+unmatched quote; argparse reports the rest as ``UsageError`` itself. :func:`parse` makes each
+of those one line that names the magic, and a mistyped option gets the nearest of the
+magic's own (``%devices: unrecognized arguments: --evn (did you mean --env?)``). Counts are
+bounded: a run count the user cannot wait for is a typo, not a request.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 from argparse import Namespace
 from typing import Any, Callable
 
@@ -96,12 +99,36 @@ def help_text(magic: Callable[..., Any]) -> str:
 
 
 def parse(magic: Callable[..., Any], line: str, name: str) -> Namespace:
-    """Parse ``line`` for ``magic``; an unsplittable line is a ``UsageError`` too."""
+    """Parse ``line`` for ``magic``; every mistake is a one-line ``UsageError`` that starts
+    with the magic's ``name`` (an unsplittable line too)."""
+    parser = parser_of(magic)
     try:
-        args: Namespace = parser_of(magic).parse_argstring(line)
+        args: Namespace = parser.parse_argstring(line)
         return args
     except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
         raise UsageError(f"{name}: cannot split the option line {line!r}: {exc}") from None
+    except UsageError as exc:  # argparse's error(), or an option's own type check
+        message = " ".join(str(exc).split())
+        if message.startswith("unrecognized arguments: "):
+            message += _did_you_mean(parser, message[len("unrecognized arguments: ") :].split())
+        if not message.startswith(name):
+            message = f"{name}: {message}"
+        raise UsageError(message) from None
+
+
+def _did_you_mean(parser: Any, typed: list[str]) -> str:
+    """`` (did you mean --env?)`` for the typed options nearest one of ``parser``'s; ``""``
+    where none is near (a stray positional word gets no guess)."""
+    options = [o for action in parser._actions for o in action.option_strings]
+    guesses = []
+    for word in typed:
+        if not word.startswith("-"):
+            continue
+        flag = word.split("=", 1)[0]
+        near = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+        if near:
+            guesses.append(near[0])
+    return f" (did you mean {' or '.join(dict.fromkeys(guesses))}?)" if guesses else ""
 
 
 def count(text: str) -> int:

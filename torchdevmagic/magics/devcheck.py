@@ -99,7 +99,7 @@ class DevcheckMagics(Magics):
         """
         from torchdevmagic.magics._cell import compile_cell, quiet, run_compiled  # not at load
 
-        full = parse(self.devcheck, line, "%devcheck").full
+        full = parse(self.devcheck, line, "%%devcheck").full
         try:
             compiled = compile_cell(self._shell, cell, "devcheck")
         except SyntaxError as exc:  # the user's, shown as IPython shows it: none of our frames
@@ -163,7 +163,18 @@ class DevcheckMagics(Magics):
             print(self.status())
             if self.last is not None:
                 print(self.last.to_text())
+        elif self.last is None:  # returning None alone would look like a silent failure
+            print(self._nothing_to_return())
         return self.last if args.output else None
+
+    @staticmethod
+    def _nothing_to_return() -> str:
+        if not isinstance(getattr(sys, "last_value", None), BaseException):
+            return "%devcheck -o: no error yet in this session, so no Diagnosis to return"
+        return (
+            "%devcheck -o: no device error explained yet (the last error was not one that "
+            "%%devcheck or %devcheck on explained), so no Diagnosis to return"
+        )
 
     def status(self) -> str:
         """The truth about ``%devcheck on``: whether our handler is the one the shell calls."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -74,6 +75,25 @@ def parse_device(text: Optional[str]) -> Optional[str]:
         raise UsageError(
             f"unknown device {text!r}: use cpu, cuda, cuda:N, mps or meta (e.g. %devices cuda:0)"
         ) from None
+
+
+_OUTPUT = re.compile(r"Out\[(\d+)\]|_(\d+)")
+
+
+def _refuse_missing_outputs(words: list[str], history: Any) -> None:
+    """``Out[N]`` / ``_N`` named for ``--free`` where the output history has no N: a typo or
+    a count from another session, which "nothing held by Out[N]" would hide."""
+    keys = sorted(k for k in dict.keys(history) if type(k) is int) if type(history) is dict else []
+    for word in words:
+        m = _OUTPUT.fullmatch(word)
+        if m is None or int(m.group(1) or m.group(2)) in keys:
+            continue
+        if not keys:
+            have = "no cell has had an output yet"
+        else:
+            shown = ", ".join(f"Out[{k}]" for k in keys[-5:])
+            have = f"the outputs are {'..., ' if len(keys) > 5 else ''}{shown}"
+        raise UsageError(f"%devices --free: there is no {word} ({have})")
 
 
 @magics_class
@@ -219,9 +239,10 @@ class DevicesMagics(Magics):
         try:
             choose((), args.free)  # the holder names alone: a typo is a UsageError
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"%devices: {exc}") from None
         shell = self.shell
         assert shell is not None
+        _refuse_missing_outputs(args.free, shell.user_ns.get("Out"))
         report = drop_pinned(
             shell.user_ns,
             shell=shell,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 from IPython.core.error import UsageError
@@ -12,19 +13,38 @@ from torchdevmagic.magics._args import argument, magic_arguments, parse, refuse_
 ACTIONS = ("on", "off", "status")
 
 
-def _positive(kind: str) -> Any:
-    def parse(value: str) -> float:
-        try:
-            number = float(value) if kind == "GiB" else int(value)
-        except ValueError:
-            raise UsageError(
-                f"--{'memory' if kind == 'GiB' else 'devices'} takes a number, not {value!r}"
-            ) from None
-        if number <= 0:
-            raise UsageError(f"--{'memory' if kind == 'GiB' else 'devices'} must be positive")
-        return number
+# torch numbers CUDA devices with an 8-bit index: cuda:0 to cuda:127.
+MAX_DEVICES = 128
+# GiB per emulated GPU: from about a MiB (a test of an out-of-memory path) to a PiB.
+MIN_GIB, MAX_GIB = 0.001, float(1 << 20)
 
-    return parse
+
+def _devices(value: str) -> int:
+    """An argparse ``type`` for ``--devices``: a one-line ``UsageError`` with the range."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_DEVICES:
+        raise UsageError(
+            f"%emulate_cuda: --devices takes a whole number from 1 to {MAX_DEVICES}, not {value!r}"
+        )
+    return number
+
+
+def _memory(value: str) -> float:
+    """An argparse ``type`` for ``--memory`` (GiB per GPU): finite and in range (``inf``,
+    ``nan`` and ``1e-10`` are numbers to ``float`` but no GPU's size)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not MIN_GIB <= number <= MAX_GIB:  # False for nan
+        raise UsageError(
+            f"%emulate_cuda: --memory takes GiB per GPU, a number from {MIN_GIB:g} to "
+            f"{MAX_GIB:.0f} (1 PiB), not {value!r}"
+        )
+    return number
 
 
 @magics_class
@@ -33,8 +53,10 @@ class EmulateMagics(Magics):
 
     @magic_arguments("%emulate_cuda")
     @argument("action", nargs="?", default="status", help="on, off or status (default)")
-    @argument("--devices", type=_positive("N"), default=None, help="emulated GPUs (default 1)")
-    @argument("--memory", type=_positive("GiB"), default=None, help="GiB per GPU (default 16)")
+    @argument(
+        "--devices", type=_devices, default=None, help=f"emulated GPUs, 1-{MAX_DEVICES} (default 1)"
+    )
+    @argument("--memory", type=_memory, default=None, help="GiB per GPU (default 16)")
     @argument("-o", "--output", action="store_true", help="return the status object")
     @line_magic
     def emulate_cuda(self, line: str = "") -> Any:
@@ -59,7 +81,9 @@ class EmulateMagics(Magics):
         args = parse(self.emulate_cuda, line, "%emulate_cuda")
         action = str(args.action).lower()
         if action not in ACTIONS:
-            raise UsageError(f"unknown action {args.action!r}: use on, off or status")
+            raise UsageError(
+                f"%emulate_cuda: unknown action {args.action!r}: use on, off or status"
+            )
         if action != "on":  # the sizes of GPUs that off/status do not start
             given = {"--devices": args.devices is not None, "--memory": args.memory is not None}
             refuse_combined("%emulate_cuda", action, given, "only -o")
