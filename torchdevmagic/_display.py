@@ -53,8 +53,8 @@ class Trimmed:
     rich pads every table cell to its column's width and keeps the space a line was wrapped
     at, so each row of a terminal table ends in spaces: copied into an editor or a diff they
     are noise. The lines are rendered at the console's width, then the trailing blanks of
-    each line are cut (styles of the text kept). A line wider than the console (a table row
-    printed whole, see render/blocks.FitTable) is kept whole, not cropped.
+    each line are cut (styles of the text kept). A line wider than the console (code that
+    has no place to break, see render/blocks.break_code) is kept whole, not cropped.
     """
 
     def __init__(self, renderable: Any) -> None:

@@ -17,8 +17,8 @@ def show(shell: Any, result: Any) -> None:
         from torchdevmagic._display import Trimmed
 
         # markup=False: a str cell anywhere (a user's name, an env var) is text, never markup.
-        # Trimmed: no trailing spaces on any line (rich pads table cells); crop=False: a
-        # table row wider than the terminal is printed whole, for the terminal to wrap.
+        # Trimmed: no trailing spaces on any line; crop=False: a line that cannot be fitted
+        # (code with no place to break) is printed whole, for the terminal to wrap.
         Console(highlight=False, markup=False).print(Trimmed(result.__rich__()), crop=False)
         return
     from IPython.display import display

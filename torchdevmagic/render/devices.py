@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from torchdevmagic._format import format_bytes, format_dtype, format_shape, plural
 from torchdevmagic.records import DeviceMemory, DeviceShare, Holder, ModuleParts, Row, ScanStats
 from torchdevmagic.render.blocks import Block, Line, Table
-from torchdevmagic.render.findings import FIX_PREFIX, finding_lines, name_some
+from torchdevmagic.render.findings import finding_blocks, name_some
 from torchdevmagic.render.pictures import gpu_bars, module_bars
 
 if TYPE_CHECKING:
@@ -28,9 +28,7 @@ GPU_HEADERS = (
 def report_blocks(report: DevicesReport) -> list[Block]:
     out: list[Block] = []
     for f in report.findings:
-        first, *rest = finding_lines(f)
-        out.append(Line(first, f.severity))
-        out.extend(Line(text, "fix" if text.startswith(FIX_PREFIX) else "") for text in rest)
+        out += finding_blocks(f)
     if out:
         out.append(Line(""))
     head = headline(report)

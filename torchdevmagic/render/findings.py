@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from torchdevmagic.records import DeviceShare, Finding, Member
+from torchdevmagic.render.blocks import Block, Code, Line
 
 
 def finding_message(f: Finding) -> str:
@@ -27,20 +28,20 @@ def finding_hint(f: Finding) -> Optional[str]:
     return write(f) if write else None
 
 
-def finding_lines(f: Finding) -> list[str]:
-    """The sentence, then ``fix:`` with the code alone on its line (a terminal never splits
-    it; rich is told not to wrap it), then the hint on a line of its own."""
-    lines = [("!" if f.severity == "warning" else "·") + " " + finding_message(f)]
+def finding_blocks(f: Finding) -> list[Block]:
+    """The sentence, then ``fix:`` with the code alone after it (copyable whole: see
+    :class:`~torchdevmagic.render.blocks.Code`), then the hint on a line of its own."""
+    mark = "!" if f.severity == "warning" else "·"
+    out: list[Block] = [Line(f"{mark} {finding_message(f)}", f.severity)]
     fix = finding_fix(f)
     if fix:
-        lines.append(f"{FIX_PREFIX}{fix}")
+        code = Code(fix)
+        out.append(code)
         hint = finding_hint(f)
         if hint:
-            lines.append(f"         {hint}")
-    return lines
-
-
-FIX_PREFIX = "    fix: "
+            under = code.indent + len(code.label)
+            out.append(Line(" " * under + hint))
+    return out
 
 
 def name_some(items: list[str], limit: int = 3) -> str:
