@@ -12,6 +12,7 @@ from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import numpyfix as nf
 from torchdevmagic.diagnosis import resolve as rs
+from torchdevmagic.diagnosis.fixes import Plan
 from torchdevmagic.diagnosis.mismatch import (
     Ctx,
     culprit_row,
@@ -19,8 +20,8 @@ from torchdevmagic.diagnosis.mismatch import (
     with_plan,
 )
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis
+from torchdevmagic.diagnosis.scope import Scope
 from torchdevmagic.diagnosis.splice import Splice
-from torchdevmagic.diagnosis.tracing import Plan, Tracer
 
 
 def numpy_device(c: Ctx) -> Diagnosis:
@@ -51,7 +52,7 @@ def numpy_device(c: Ctx) -> Diagnosis:
     if fix and home is not None and home.stmt is not None:
         plan = fx.replacing(fix, home.stmt, home.frame.f_code.co_filename)
         if not home.is_cell:
-            plan = Tracer(frames, c.namespace, "cpu").scoped(home, fix, home.stmt)
+            plan = Scope(frames, c.namespace, "cpu").scoped(home, fix, home.stmt)
     fields = with_plan(dict(base, fix=None), plan)
     return Diagnosis(
         summary=f"{names} lives on {odd}; NumPy can only read CPU memory",
@@ -93,7 +94,7 @@ def _line_plan(c: Ctx, fix: Optional[str]) -> Optional[Plan]:
         return None
     if inner.is_cell:
         return fx.replacing(fix, inner.stmt, inner.frame.f_code.co_filename)
-    return Tracer(c.frames, c.namespace, "cpu").scoped(inner, fix, inner.stmt)
+    return Scope(c.frames, c.namespace, "cpu").scoped(inner, fix, inner.stmt)
 
 
 def deserialize(c: Ctx) -> Diagnosis:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
@@ -25,10 +25,8 @@ from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.diagnosis.fixes import Plan
 from torchdevmagic.diagnosis.resolve import is_reference
+from torchdevmagic.diagnosis.scope import Scope
 from torchdevmagic.diagnosis.together import moved_together
-
-if TYPE_CHECKING:
-    from torchdevmagic.diagnosis.tracing import Tracer
 
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _BODIES = ("body", "orelse", "finalbody", "handlers")
@@ -47,7 +45,7 @@ class Made:
     names: tuple[str, ...]
 
 
-def plan(tr: Tracer, v: Value, fr: Any) -> Optional[Plan]:
+def plan(tr: Scope, v: Value, fr: Any) -> Optional[Plan]:
     """The fix at the making of ``v`` when it is made in ``fr``'s function before the failing
     line and read again after it; None otherwise (the failing line's own fix holds)."""
     if fr is None or fr.is_cell or fr.func is None or not isinstance(fr.stmt, ast.stmt):
@@ -96,7 +94,7 @@ def _simple(name: str) -> bool:
     return root.isidentifier() and (not dot or attr.isidentifier())
 
 
-def _off(tr: Tracer, fr: Any, name: str) -> bool:
+def _off(tr: Scope, fr: Any, name: str) -> bool:
     """A sibling that is a tensor off the target device now."""
     try:
         node = ast.parse(name, mode="eval").body

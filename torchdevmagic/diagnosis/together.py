@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import ast
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis.culprits import Value, describe
 from torchdevmagic.diagnosis.fixes import Plan
+from torchdevmagic.diagnosis.scope import Scope
 from torchdevmagic.safe import table_items
 from torchdevmagic.safe.objects import instance_attributes
-
-if TYPE_CHECKING:
-    from torchdevmagic.diagnosis.tracing import Tracer
 
 
 def moved_together(names: list[str], dev: str) -> str:
@@ -32,7 +30,7 @@ def moved_together(names: list[str], dev: str) -> str:
     return f"{', '.join(names)} = {', '.join(f'{n}.to({dev})' for n in names)}"
 
 
-def joint_plan(tr: Tracer, culprits: list[Value], plans: list[Optional[Plan]]) -> Optional[Plan]:
+def joint_plan(tr: Scope, culprits: list[Value], plans: list[Optional[Plan]]) -> Optional[Plan]:
     """Tensors of the cell off target, each made or bound on its own line (NJODE's
     ``tau`` and ``tdiff``): correcting the first line alone fails next on the second, so
     one line inserted before the failing statement moves them all."""
@@ -51,7 +49,7 @@ def joint_plan(tr: Tracer, culprits: list[Value], plans: list[Optional[Plan]]) -
 
 
 def function_joint_plan(
-    tr: Tracer, culprits: list[Value], homes: list[Any], plans: list[Optional[Plan]]
+    tr: Scope, culprits: list[Value], homes: list[Any], plans: list[Optional[Plan]]
 ) -> Optional[Plan]:
     """Locals of one function off target (fiftyone's ``normalize_tensor`` makes ``mean_t``
     and ``std_t`` without device=): one line inserted before the failing statement there
@@ -73,7 +71,7 @@ def function_joint_plan(
     return replace(plan, insert=True, note=note)
 
 
-def siblings(tr: Tracer, v: Value, cell: Any) -> list[Value]:
+def siblings(tr: Scope, v: Value, cell: Any) -> list[Value]:
     """``train_step(model, (xb, yb))``: the other tensors of the tuple or list the culprit
     is passed in, that are off target too (they fail next)."""
     if cell.stmt is None:
@@ -95,7 +93,7 @@ def siblings(tr: Tracer, v: Value, cell: Any) -> list[Value]:
     return [v]
 
 
-def loop_targets(tr: Tracer, cell: Any, scope: Any, loop: ast.AST, name: str) -> list[str]:
+def loop_targets(tr: Scope, cell: Any, scope: Any, loop: ast.AST, name: str) -> list[str]:
     """The culprit and the other tensors the same ``for`` binds that are off target."""
     for node in ast.walk(scope):
         if isinstance(node, ast.For) and node.iter is loop:
@@ -111,7 +109,7 @@ def loop_targets(tr: Tracer, cell: Any, scope: Any, loop: ast.AST, name: str) ->
     return [n for n in names if n == name or (n in off or _off_in_ns(tr, cell, n))]
 
 
-def _off_in_ns(tr: Tracer, cell: Any, name: str) -> bool:
+def _off_in_ns(tr: Scope, cell: Any, name: str) -> bool:
     try:
         value = cell.frame.f_locals.get(name)
     except Exception:
@@ -122,7 +120,7 @@ def _off_in_ns(tr: Tracer, cell: Any, name: str) -> bool:
     )
 
 
-def loop_plan(tr: Tracer, v: Value, fr: Any, loop: ast.AST) -> Optional[Plan]:
+def loop_plan(tr: Scope, v: Value, fr: Any, loop: ast.AST) -> Optional[Plan]:
     """``for x, y in loader`` in a helper, the batch left on the CPU: one line inserted
     at the top of the failing statement moves every tensor the ``for`` binds that is off
     target (moving ``x`` alone fails next on ``y``)."""
@@ -139,7 +137,7 @@ def loop_plan(tr: Tracer, v: Value, fr: Any, loop: ast.AST) -> Optional[Plan]:
 MAX_HELD = 64  # attributes (and items of each dict attribute) of one object looked at
 
 
-def object_plan(tr: Tracer, v: Value) -> Optional[Plan]:
+def object_plan(tr: Scope, v: Value) -> Optional[Plan]:
     """``sent1_inputs.encoder_inputs["input_ids"]`` reached through a plain object of the
     notebook (schen149/sub-sentence-encoder#1's ``PropPairModelInput``) that holds more
     tensors off target (``all_prop_mask``): one line, run before the cell, moves them all.
@@ -182,7 +180,7 @@ def _held_tensors(root: str, attributes: dict[str, Any], torch: Any) -> list[tup
     return out
 
 
-def _off(tr: Tracer, v: Value) -> bool:
+def _off(tr: Scope, v: Value) -> bool:
     return not fx.on_device(v.devices, tr.target)
 
 

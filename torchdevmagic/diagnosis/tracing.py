@@ -15,6 +15,9 @@ file); the fix belongs where its value came from:
 - a value the failing function makes and reads again after the failing line: fixed where it
   is made, for the rest of the function (``lasting.py``).
 
+The helpers every planner shares (a frame's device expression, placing a line in a
+function) are :class:`.scope.Scope`'s; the joint fixes are :mod:`.together`'s.
+
 A fix is written in one frame's names only, never repeats the failing line, and never moves a
 module that is split across devices on purpose.
 """
@@ -32,82 +35,15 @@ from torchdevmagic.diagnosis import together
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.diagnosis.fixes import Plan
 from torchdevmagic.diagnosis.lasting import plan as lasting_plan
-from torchdevmagic.safe.objects import class_namespace, default_argument, mro
+from torchdevmagic.diagnosis.resolve import is_reference
+from torchdevmagic.diagnosis.scope import Scope
 
 __all__ = ["Plan", "Tracer"]
 
 
-class Tracer:
-    """Plans fixes for culprits found in ``frames`` (the analysis's user frames)."""
-
-    def __init__(self, frames: list[Any], namespace: Any, target: str):
-        self.frames = frames
-        self.namespace = namespace
-        self.target = target
-        self.cell_dev = fx.device_expression(target, namespace)
-
-    # ------------------------------------------------------------------ helpers
-
-    def frame_of(self, v: Value) -> Any:
-        return self.frames[v.frame] if 0 <= v.frame < len(self.frames) else None
-
-    def home(self, v: Value) -> Any:
-        """The outermost frame that holds the same object under the user's name."""
-        for fr in self.frames:
-            if any(w.object_id == v.object_id and w.local == v.expression for w in fr.values):
-                return fr
-        return None
-
-    def scope_text(self, fr: Any, lineno: int) -> str:
-        code = fr.frame.f_code
-        where = fm.place(code.co_filename, lineno, fr.in_cell_file, self.namespace)
-        return f"{fm.function_name(code)} ({where})"
-
-    def ref_device(self, fr: Any, before: int) -> Optional[str]:
-        """``x.device`` for a tensor of this frame on the target device: a parameter of the
-        function first (always bound), else a name the failing line reads and that is
-        assigned before line ``before``; ``next(self.parameters()).device`` for a module."""
-        code = fr.frame.f_code
-        params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-        tensors = [
-            w
-            for w in fr.values
-            if w.kind == "tensor"
-            and fx.on_device(w.devices, self.target)
-            and w.local.isidentifier()
-        ]
-        for name in params:
-            if name == "self":
-                continue
-            found = fr.describe(ast.Name(name, ast.Load()))
-            if (
-                found is not None
-                and found.kind == "tensor"
-                and fx.on_device(found.devices, self.target)
-            ):
-                return f"{name}.device"
-        for w in tensors:  # assigned before, or bound by a ``for`` around the line
-            hits = fm.assignments_before(fr.func, before, w.local)
-            if hits or fm.loop_over(fr.func, before, w.local) is not None:
-                return f"{w.local}.device"
-        # ``self.b(h)`` in a model split across devices: the device of the part called, as
-        # ``next(self.parameters())`` would name the first part's; ``model(z)`` in a helper
-        # that takes the model: its device, not a literal.
-        for w in fr.values:
-            if (
-                w.kind == "module"
-                and w.object_id != fr.self_id
-                and len(w.devices) == 1
-                and fx.on_device(w.devices, self.target)
-                and (w.local.startswith("self.") or w.local in params)
-            ):
-                return f"next({w.local}.parameters()).device"
-        whole = not any(w.object_id == fr.self_id and w.split for w in fr.values)
-        if fr.self_id is not None and "self" in params and whole and fr.has_parameters():
-            return "next(self.parameters()).device"
-        if fr.in_cell_file:
-            return self.cell_dev  # a plain function of the notebook sees its globals
-        return repr(self.target).replace("'", '"')
+class Tracer(Scope):
+    """Plans fixes for culprits found in ``frames`` (the analysis's user frames); where a
+    line goes and in which names comes from :class:`.scope.Scope`."""
 
     # ------------------------------------------------------------------ plans
 
@@ -158,9 +94,6 @@ class Tracer:
         plan = self.in_function(fr, line, fr.stmt, v.local)
         note = f"line {reset.lineno} sets {v.local} again at each call, off the device"
         return replace(plan, note=note)
-
-    def move(self, v: Value) -> str:
-        return fx.move_fix(v, self.cell_dev)
 
     def cell_plan(self, v: Value, cell: Any) -> Optional[Plan]:
         name = v.expression
@@ -255,7 +188,7 @@ class Tracer:
                 sub = None
             if isinstance(sub, ast.Subscript):
                 node = sub.value
-        if node is None or not fm_is_reference(node):
+        if node is None or not is_reference(node):
             return "", None
         for owner in (fr, self.parent(fr)):
             if owner is None or owner.resolver is None:
@@ -299,56 +232,6 @@ class Tracer:
             return None
         return self.noted_where_made(fr, v, self.in_function(fr, moved, fr.stmt, v.local))
 
-    def noted_where_made(self, fr: Any, v: Value, plan: Plan) -> Plan:
-        """``plan``, a fix in ``fr``'s function for ``v``, whose note says "made in" only of a
-        local (or an attribute path) the function assigns before the failing line: not of
-        ``t['boxes']`` read from a loop variable over what the cell passed in."""
-        if not v.local.isidentifier():  # an attribute set here before, or no "made in"
-            made = fm.attribute_set_before(fr.func, fr.lineno, v.local)
-            return plan if made is not None else replace(plan, note="")
-        if fm.assignments_before(fr.func, fr.lineno, v.local):
-            return plan
-        # Not made here: a default argument (made once, when the def ran), or a value that
-        # came in from elsewhere, of which "made in" would not be true.
-        code = fr.frame.f_code
-        if self.default_of(fr, v) == v.local:
-            where = ", ".join(v.devices)
-            note = (
-                f"{v.local} is a default argument of {fm.function_name(code)}, made once on "
-                f"{where} when its def ran"
-            )
-            return replace(plan, note=note)
-        return replace(plan, note="")
-
-    @staticmethod
-    def default_of(fr: Any, v: Value) -> Optional[str]:
-        """The parameter of ``fr``'s function whose default value is ``v``'s object."""
-        resolver = fr.resolver
-        if resolver is None:
-            return None
-        places: list[Any] = [resolver.f_globals]
-        f_locals = resolver.f_locals
-        me = dict.get(f_locals, "self") if type(f_locals) is dict else None
-        if me is not None:
-            places += [class_namespace(k) for k in mro(type(me))]
-        return default_argument(fr.frame.f_code, places, v.object_id)
-
-    def in_function(self, fr: Any, line: str, at: Any, name: str) -> Plan:
-        """``line`` replaces the statement ``at`` (or goes at line ``at``) of ``fr``'s
-        function, where ``name`` is made."""
-        plan = self.scoped(fr, line, at)
-        return replace(
-            plan, note=f"{name} is made in {fm.function_name(fr.frame.f_code)} on the wrong device"
-        )
-
-    def scoped(self, fr: Any, line: str, at: Any) -> Plan:
-        """``line`` replaces the statement ``at`` (its lines) of ``fr``'s function, or goes at
-        line ``at``: the fix alone, no note."""
-        file = fr.frame.f_code.co_filename
-        if not isinstance(at, ast.stmt):
-            return Plan(line, at, file, scope=self.scope_text(fr, at))
-        return fx.replacing(line, at, file, scope=self.scope_text(fr, at.lineno))
-
     def anonymous_plan(self, fr: Any) -> Optional[tuple[str, Plan]]:
         """A tensor made on the failing line itself without ``device=``
         (``window=torch.hann_window(n)``): (its expression, the corrected line)."""
@@ -385,9 +268,3 @@ class Tracer:
 
 def _line(node: ast.AST) -> int:
     return getattr(node, "lineno", 0)
-
-
-def fm_is_reference(node: ast.AST) -> bool:
-    from torchdevmagic.diagnosis.resolve import is_reference
-
-    return is_reference(node)
