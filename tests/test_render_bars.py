@@ -320,7 +320,8 @@ def _probe(tmp: Path, page: Path) -> dict[str, Any]:
     assert match and match.group(1), run.stderr[-2000:]
     import html as html_module
 
-    return dict(json.loads(html_module.unescape(match.group(1))))
+    found = json.loads(html_module.unescape(match.group(1)))
+    return dict(found) if isinstance(found, dict) else {"__list__": found}
 
 
 @pytest.mark.slow  # a headless browser, two pages per width (~10 s)
@@ -348,3 +349,66 @@ def test_bars_fit_and_keep_their_proportions_in_a_browser(tmp_path: Path, width:
         assert outside == [], outside
         if not width:  # the window is wide enough for the tables too: nothing scrolls sideways
             assert probe["scroll"] <= probe["width"], probe["scroll"]
+
+
+# -- one colour per device, in every report -----------------------------------------------------
+
+COLOR_PROBE = """
+<script>
+window.addEventListener("load", () => {
+  const out = [];
+  for (const [k, report] of document.querySelectorAll(".report").entries()) {
+    for (const frame of report.querySelectorAll('[role="img"]')) {
+      for (const seg of frame.children) {
+        out.push({report: k, bar: frame.ariaLabel.split(":")[0],
+                  device: seg.title.split(" ")[0], color: getComputedStyle(seg).backgroundColor});
+      }
+    }
+  }
+  document.getElementById("probe").textContent = JSON.stringify(out);
+});
+</script>
+"""
+
+
+@pytest.mark.slow  # a headless browser
+@pytest.mark.emulate
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_a_device_keeps_its_colour_from_one_report_to_the_next(
+    shell: Any, tmp_path: Path
+) -> None:
+    """Two ``%devices`` in one notebook, the second with GPUs too: ``cpu`` was blue in the
+    first and green in the second (colours were dealt in the order of the devices shown).
+    Both outputs on one page, as the notebook shows them; the colours as Chromium paints
+    them."""
+    shell.run_cell(
+        "import torch\nfrom torch import nn\n"
+        "model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 64).to('meta'))\n"
+    )
+    first = shell.run_cell("%devices -o").result
+    shell.run_cell(
+        "from torchdevmagic.emulate import start\nstart(devices=2)\n"
+        "wide = nn.Sequential(nn.Linear(64, 64).to('cuda:0'), nn.Linear(64, 64).to('cuda:1'),"
+        " nn.Linear(64, 64))\n"
+    )
+    try:
+        second = shell.run_cell("%devices -o").result
+        htmls = [shell.display_formatter.format(r)[0]["text/html"] for r in (first, second)]
+    finally:
+        shell.run_cell("from torchdevmagic.emulate import stop\nstop()")
+    page = tmp_path / "two-reports.html"
+    page.write_text(
+        f'<!doctype html><html><head><meta charset="utf-8">{COLOR_PROBE}</head><body>'
+        + "".join(f'<div class="report">{h}</div>' for h in htmls)
+        + '<pre id="probe"></pre></body></html>',
+        encoding="utf-8",
+    )
+    painted = _probe(tmp_path, page)["__list__"]
+    by_device: dict[str, set[str]] = {}
+    for seg in painted:
+        if seg["bar"] in ("model", "wide"):  # the module bars (a GPU's bar: its figures)
+            by_device.setdefault(seg["device"], set()).add(seg["color"])
+    assert {s["report"] for s in painted if s["device"] == "cpu"} == {0, 1}, painted
+    assert set(by_device) == {"cpu", "cuda:0", "cuda:1"}, painted  # meta: 0 B, not drawn
+    assert all(len(colors) == 1 for colors in by_device.values()), by_device
+    assert len({c for colors in by_device.values() for c in colors}) == len(by_device), by_device

@@ -14,12 +14,13 @@ up to more than the frame.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import NamedTuple, Optional
 
 from torchdevmagic._display import esc
 
-#: Colours for segments, in order of use: each has 3:1 or more against #ffffff and #1e1e1e.
+#: Colours for segments: each has 3:1 or more against #ffffff and #1e1e1e.
 PALETTE = ("#3b82f6", "#ea580c", "#16a34a", "#8a8a8a", "#a855f7", "#d97706", "#0d9488")
 BAR_WIDTH_PX = 320
 
@@ -111,6 +112,23 @@ def bars_html(block: Bars) -> str:
     return f'<div style="{_FONT};color:inherit;max-width:100%">{heading}{body}</div>'
 
 
+#: a device's colour, whatever else a report holds: the host and meta fixed, an accelerator
+#: (cuda:N, xpu:N, ...) by its index in the colours left (cuda:5 repeats cuda:0's)
+HOST_COLORS = {"cpu": PALETTE[0], "meta": PALETTE[3]}
+ACCELERATOR_COLORS = (PALETTE[1], PALETTE[2], PALETTE[4], PALETTE[5], PALETTE[6])
+
+
+def device_color(device: str) -> str:
+    """One colour per device name, the same in every report of a notebook: it depends on the
+    name alone (a name torch does not know: on a checksum of its text, not Python's salted
+    ``hash``), never on which other devices a report shows."""
+    if device in HOST_COLORS:
+        return HOST_COLORS[device]
+    _, _, index = device.partition(":")
+    n = int(index) if index.isdigit() else zlib.crc32(device.encode("utf-8", "replace"))
+    return ACCELERATOR_COLORS[n % len(ACCELERATOR_COLORS)]
+
+
 def device_colors(devices: Sequence[str]) -> dict[str, str]:
-    """One colour per device, the same in every bar of a report (``devices`` in order)."""
-    return {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(dict.fromkeys(devices))}
+    """:func:`device_color` of each of ``devices``."""
+    return {d: device_color(d) for d in dict.fromkeys(devices)}
