@@ -374,9 +374,7 @@ window.addEventListener("load", () => {
 @pytest.mark.slow  # a headless browser
 @pytest.mark.emulate
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
-def test_a_device_keeps_its_colour_from_one_report_to_the_next(
-    shell: Any, tmp_path: Path
-) -> None:
+def test_a_device_keeps_its_colour_from_one_report_to_the_next(shell: Any, tmp_path: Path) -> None:
     """Two ``%devices`` in one notebook, the second with GPUs too: ``cpu`` was blue in the
     first and green in the second (colours were dealt in the order of the devices shown).
     Both outputs on one page, as the notebook shows them; the colours as Chromium paints
