@@ -10,6 +10,9 @@ from torchdevmagic._format import format_bytes, format_ms, plural
 
 _SEP = " · "
 QUEUED_SHOWN_MS = 1.0  # below this, waiting for earlier work is noise not worth a word
+# IPython's %timeit warns when its slowest repeat took over 4 times the fastest and over a
+# microsecond (IPython/core/magics/execution.py, TimeitResult's caller): the same rule here.
+SLOWEST_RATIO, SLOWEST_MIN_MS = 4.0, 1e-3
 
 
 @dataclass
@@ -64,6 +67,33 @@ class TimingResult(Displayable):
     @property
     def _unit(self) -> str:
         return "call" if self.origin == "call" else "run"
+
+    @property
+    def samples_ms(self) -> list[float]:
+        """The per-repeat samples of the primary clock: GPU events where there are any."""
+        return self.gpu_samples_ms or self.wall_samples_ms
+
+    @property
+    def slowest_ratio(self) -> Optional[float]:
+        """Slowest over fastest repeat where that is worth a caveat (%timeit's rule), else
+        ``None``: a stopped benchmark or one sample has none."""
+        samples = self.samples_ms
+        if not self.benchmark or self.error or len(samples) < 2:
+            return None
+        best, worst = min(samples), max(samples)
+        if best > 0 and worst > SLOWEST_RATIO * best and worst > SLOWEST_MIN_MS:
+            return worst / best
+        return None
+
+    def caveat(self) -> Optional[str]:
+        """%timeit's caveat, in its words, for a repeat far slower than the fastest."""
+        ratio = self.slowest_ratio
+        if ratio is None:
+            return None
+        return (
+            f"The slowest repeat took {ratio:.2f} times longer than the fastest. This could "
+            "mean that an intermediate result is being cached."
+        )
 
     def _stopped(self) -> str:
         """Where a benchmark stopped: no statistics for a run the code did not finish."""
@@ -122,7 +152,12 @@ class TimingResult(Displayable):
         return _SEP.join(parts)
 
     def to_text(self) -> str:
-        return (self.note + "\n" if self.note else "") + self.line()
+        caveat = self.caveat()
+        return (
+            (self.note + "\n" if self.note else "")
+            + self.line()
+            + ("\n" + caveat if caveat else "")
+        )
 
     def to_html(self) -> str:
         style = "margin:1px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px"
@@ -131,14 +166,17 @@ class TimingResult(Displayable):
         if self.verdict:  # colour the verdict only: it is the part that asks for action
             plain = esc(self.verdict)
             text = text.replace(plain, f'<span style="color:{WARN_COLOR}">{plain}</span>', 1)
-        return html_block(note, f'<div style="{style}">{text}</div>', self._plot())
+        caveat = self.caveat()
+        warn = f'<div style="{style};color:{WARN_COLOR}">{esc(caveat)}</div>' if caveat else ""
+        return html_block(note, f'<div style="{style}">{text}</div>', warn, self._plot())
 
     def _plot(self) -> str:
-        """Benchmark mode: the per-repeat samples of the primary clock as a small SVG."""
+        """Benchmark mode: the per-repeat samples of the primary clock as a small chart."""
         if not self.benchmark or self.error:  # a stopped benchmark has no statistics
             return ""
-        from torchdevmagic.timing.plot import samples_svg
+        from torchdevmagic.timing.plot import samples_img
 
-        if self.gpu_samples_ms:
-            return samples_svg(self.gpu_samples_ms, "GPU", self._unit)
-        return samples_svg(self.wall_samples_ms, "wall", self._unit)
+        samples = self.samples_ms
+        slow = SLOWEST_RATIO * min(samples) if self.slowest_ratio else float("inf")
+        what = "GPU" if self.gpu_samples_ms else "wall"
+        return samples_img(samples, what, self._unit, slow)
