@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,46 @@ def test_kernel_cell_timing_prints_after_each_cell_and_keeps_the_error() -> None
     assert result["data"]["text/plain"] == "42"
     assert stdout(value).startswith("cell time: wall ") and " · no GPU (" in stdout(value)
     assert stdout(failing).startswith("cell time: wall ")  # after the error, in its cell
+
+
+FAILING = "%%cuda_time{options}\nx = 1\n\ny = 2\nraise ValueError('bad')\nz = 3"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NUMBERED = re.compile(r"^(-*>)?\s*(\d+)(?: (.*))?$")
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("options", ["", " -n 2 -r 2", " -n 3", " -r 2 -w 0"])
+def test_a_failing_cell_shows_its_own_lines_with_the_arrow_on_the_failing_one(
+    tmp_path: Path, options: str
+) -> None:
+    """ipykernel names a cell's file ``/tmp/ipykernel_<pid>/<hash>.py``, which is no file:
+    IPython then prints the frame from ``inspect.getsourcelines``, and the benchmark loop's
+    frame (a function) was listed one line off, the arrow on ``y = 2``. Every listed line
+    must be the cell's line of that number, the arrow on the ``raise``."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from _kernel import kernel_manager
+
+    source = FAILING.format(options=options)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext torchdevmagic"),
+        nbformat.v4.new_code_cell(source),
+    ]
+    client = nbclient.NotebookClient(
+        nb, km=kernel_manager(tmp_path / "kernels"), timeout=120, allow_errors=True
+    )
+    client.execute()
+    (error,) = [o for o in nb.cells[1].outputs if o["output_type"] == "error"]
+    assert (error["ename"], error["evalue"]) == ("ValueError", "bad")
+    text = _ANSI.sub("", "\n".join(error["traceback"]))
+    frames = text.split("\n\n")  # a blank line between frames
+    (cell_frame,) = [f for f in frames if "raise ValueError('bad')" in f and "get_ipython" not in f]
+    lines = source.splitlines()
+    listed = [m.groups() for m in map(_NUMBERED.match, cell_frame.splitlines()[1:]) if m]
+    assert len(listed) >= 3, cell_frame
+    for _arrow, number, shown in listed:
+        n = int(number)
+        expected = "" if n == 1 else lines[n - 1]  # line 1, the %%cuda_time line, is blank
+        assert (shown or "").strip() == expected.strip(), (n, cell_frame)
+    assert [int(n) for a, n, _ in listed if a] == [5], cell_frame

@@ -91,7 +91,6 @@ def _loop_tree(tree: ast.Module, names: set[str]) -> ast.Module:
             )
         )
         value = ast.Name(_VALUE, ast.Load())
-    first = statements[0] if statements else None
     loop: ast.stmt = ast.For(
         target=ast.Name(_COUNTER, ast.Store()),
         iter=ast.Call(ast.Name(_RANGE, ast.Load()), [ast.Name(_TIMES, ast.Load())], []),
@@ -115,8 +114,13 @@ def _loop_tree(tree: ast.Module, names: set[str]) -> ast.Module:
         returns=None,
     )
     module = ast.Module(body=[fn], type_ignores=[])
-    # Our scaffolding sits on the cell's first line; the cell's nodes keep their own lines.
-    anchor = first if first is not None else ast.Pass(lineno=2, col_offset=0)
+    # Our scaffolding sits on line 1, the blank that stands for the %%magic line; the cell's
+    # nodes keep their own lines. The function's first line must be 1: a traceback printer
+    # that reads the frame with inspect.getsourcelines (IPython's when the cell's file name
+    # ends in .py but is no file, as in ipykernel) gets every line of a "<module>" frame and
+    # counts the failing line from co_firstlineno, so a first line of 2 put the arrow on the
+    # statement before the failing one.
+    anchor = ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=0)
     for node in (fn, *body):
         ast.copy_location(node, anchor)
     return ast.fix_missing_locations(module)
