@@ -1,6 +1,6 @@
 """Paired, interleaved A/B of ``scan()`` between two commits (or a commit and the tree).
 
-    python benchmarks/ab_scan.py BASE OTHER [--rounds 41] [--namespace synthetic|notebook]
+    python benchmarks/ab_scan.py BASE OTHER [--rounds 41] [--namespace synthetic|notebook|gpt2]
                                             [--shown] [--inner 3]
 
 BASE and OTHER are git revisions (``HEAD~1``, ``main``, a hash) or ``.`` for the working
@@ -100,7 +100,9 @@ def main() -> None:
     parser.add_argument("other", nargs="?")
     parser.add_argument("--rounds", type=int, default=41)
     parser.add_argument("--inner", type=int, default=3, help="scans per timing")
-    parser.add_argument("--namespace", default="synthetic", choices=("synthetic", "notebook"))
+    parser.add_argument(
+        "--namespace", default="synthetic", choices=("synthetic", "notebook", "gpt2")
+    )
     parser.add_argument("--shown", action="store_true", help="time scan + text + HTML")
     parser.add_argument("--worker", metavar="NAMESPACE", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -5,6 +5,9 @@
 * ``notebook``: what a typical training notebook holds after one step: a transformer-like
   model of 30 blocks (embedding, attention and MLP linears, layer norms), AdamW after one
   step (three state tensors per parameter), a batch dict, the loss, a config.
+* ``gpt2``: a model of GPT-2 small's shape built from torch.nn (12 blocks, width 768,
+  50,257-token vocabulary, 1,024 positions, the output head tied to the token embedding:
+  124M parameters in 148 tensors), AdamW after one step, a batch and the loss. About 1.5 GB.
 """
 
 from __future__ import annotations
@@ -89,7 +92,96 @@ def notebook() -> dict[str, Any]:
     }
 
 
+class GPT2Attention(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+        self.heads = 12
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, width = x.shape
+        q, k, v = (
+            t.view(b, n, self.heads, width // self.heads).transpose(1, 2)
+            for t in self.c_attn(x).chunk(3, dim=-1)
+        )
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(b, n, width))
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.c_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(nn.functional.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = GPT2Attention(width)
+        self.ln_2 = nn.LayerNorm(width)
+        self.mlp = GPT2MLP(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2(nn.Module):
+    """GPT-2 small's layout (as in Hugging Face's GPT2LMHeadModel: transformer.h[i].attn...)."""
+
+    def __init__(self, vocab: int = 50_257, width: int = 768, depth: int = 12) -> None:
+        super().__init__()
+        self.transformer = nn.ModuleDict(
+            {
+                "wte": nn.Embedding(vocab, width),
+                "wpe": nn.Embedding(1024, width),
+                "h": nn.ModuleList(GPT2Block(width) for _ in range(depth)),
+                "ln_f": nn.LayerNorm(width),
+            }
+        )
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.transformer["wte"].weight  # tied, as GPT-2's
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        t = self.transformer
+        x = t["wte"](ids) + t["wpe"](torch.arange(ids.shape[1]))
+        for block in t["h"]:
+            x = block(x)
+        return self.lm_head(t["ln_f"](x))
+
+
+def gpt2() -> dict[str, Any]:
+    # Built on the meta device and given uninitialised memory: initialising 124M weights
+    # takes a minute on the shared VM, and a scan reads no value.
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = GPT2()
+    model.to_empty(device="cpu")
+    model.lm_head.weight = model.transformer["wte"].weight  # to_empty may untie them
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(0.02)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1)
+    batch = {
+        "input_ids": torch.randint(0, 50_257, (2, 16)),
+        "labels": torch.randint(0, 50_257, (2, 16)),
+    }
+    logits = model(batch["input_ids"])
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return {"model": model, "opt": opt, "batch": batch, "loss": loss.detach()}
+
+
 NAMESPACES: dict[str, Callable[[], dict[str, Any]]] = {
     "synthetic": synthetic,
     "notebook": notebook,
+    "gpt2": gpt2,
 }

@@ -1,16 +1,20 @@
 """The fast scan must report exactly what the one-tensor-at-a-time scan reports.
 
-``scan()`` takes shortcuts for speed: it reads plain tensors in batches (``facts_columns``),
+``scan()`` takes shortcuts for speed: it reads plain tensors in batches (``facts_columns``,
+``placement_columns``; optimizer state through ``tables_columns`` and ``device_column``),
 visits big containers in one step (``BATCH_MIN``), counts a column of new storages at once
 (``new_owners``), skips the per-row note logic when no row can need one (``no_notes``) and
 adds a batch of tensor rows a column at a time (``RowTable.extend_tensors``).
 Random namespaces mixing aliases, views, parameters, meta and sparse tensors, tensor
 subclasses, modules and optimizers are scanned with every shortcut on and with every shortcut
-off; rows, findings, totals and statistics must be identical.
+off; rows, findings, totals and statistics must be identical. Optimizers after a step have
+their per-parameter state read column-wise (``tables_columns``, ``device_column``) or one
+table at a time.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 from unittest import mock
 
@@ -23,7 +27,7 @@ from torchdevmagic import report as report_module
 from torchdevmagic import scan
 from torchdevmagic.records import Row, RowTable
 from torchdevmagic.report import DevicesReport
-from torchdevmagic.safe import batch
+from torchdevmagic.safe import batch, containers
 from torchdevmagic.scanning import ledger, walker
 
 
@@ -86,7 +90,25 @@ def namespaces(draw: Any) -> dict[str, Any]:
                 ns[f"w{i}"] = model[0].weight  # alias of a parameter
             if draw(st.booleans()):
                 ns[f"opt{i}"] = torch.optim.SGD(model[0].parameters(), lr=0.1)
+            elif draw(st.booleans()):
+                ns[f"opt{i}"] = _stepped_adamw(model, draw(pick), draw(st.booleans()))
     return ns
+
+
+def _stepped_adamw(model: nn.Module, extra: Any, odd_table: bool) -> torch.optim.Optimizer:
+    """AdamW after a step (step, exp_avg, exp_avg_sq per parameter: read column-wise), with
+    one more state entry from the pool (a subclass, a view, an alias, a meta tensor) and
+    maybe one per-parameter table that is a dict subclass (read one at a time)."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.device.type == "cpu"])
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p) if p.device.type == "cpu" else None
+    opt.step()
+    first = next(iter(opt.state))
+    opt.state[first]["extra"] = extra
+    opt.state[first][3] = "not a tensor"
+    if odd_table:
+        opt.state[first] = collections.OrderedDict(opt.state[first])
+    return opt
 
 
 _TENSOR_FIELDS = [f for f in Row._fields if f not in ("breakdown", "parts")]
@@ -119,7 +141,9 @@ def test_fast_and_one_at_a_time_scans_agree(ns: dict[str, Any]) -> None:
             batch,
             facts_columns=lambda values, tt: None,
             placement_columns=lambda values, tt: None,
+            device_column=lambda values, tt: None,
         ),
+        mock.patch.object(containers, "tables_columns", lambda tables: None),
         mock.patch.object(walker, "BATCH_MIN", 10**9),
         mock.patch.multiple(
             ledger,

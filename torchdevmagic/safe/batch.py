@@ -120,3 +120,14 @@ def _read_columns(values: list[Any], tt: Torch) -> Columns:
     else:
         graphs = [False] * n
     return Columns(devices, dtypes, shapes, keys, sizes, views, grads, graphs, [""] * n)
+
+
+def device_column(values: list[Any], tt: Torch) -> Optional[list[str]]:
+    """The devices of many plain tensors (``read_facts(t).device`` for each), or ``None``
+    when any is a subclass (an emulated tensor's visible device is in its instance dict)."""
+    if not values or not plain(values, tt):
+        return None
+    try:
+        return list(map(device_text, map(tt.get.device, values)))
+    except Exception:
+        return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping
-from itertools import repeat
+from itertools import chain, repeat
 from operator import is_
 from typing import Any, Optional
 
@@ -92,3 +92,18 @@ def table_items(table: Any) -> list[tuple[Any, Any]]:
         except Exception:  # e.g. dict.__delitem__ applied to it: links and dict disagree
             pass
     return list(_dict_items(table))
+
+
+def tables_columns(tables: list[Any]) -> Optional[tuple[list[int], list[Any], list[Any]]]:
+    """Many dicts read at once, column-wise: how many items each holds, then every key and
+    every value, table after table (``dict``'s C methods mapped over the list). ``None``
+    unless every table is exactly a ``dict``: the caller reads the others one at a time
+    (:func:`table_items`)."""
+    if not all(map(is_, map(type, tables), repeat(dict))):
+        return None
+    sizes = list(map(dict.__len__, tables))
+    keys = list(chain.from_iterable(map(dict.keys, tables)))
+    values = list(chain.from_iterable(map(dict.values, tables)))
+    if len(keys) != sum(sizes) or len(values) != len(keys):  # one changed meanwhile
+        return None
+    return sizes, keys, values

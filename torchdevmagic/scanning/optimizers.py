@@ -3,11 +3,14 @@ they live where their parameters do. Parameters are named by the paths the modul
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from itertools import chain, compress, repeat
+from operator import itemgetter
+from typing import Any, Optional, Union
 
 from torchdevmagic._format import plural
 from torchdevmagic.records import Member, Row
-from torchdevmagic.safe import batch
+from torchdevmagic.safe import batch, containers
+from torchdevmagic.safe.batch import Columns, Placement, all_exactly
 from torchdevmagic.safe.objects import class_name
 from torchdevmagic.safe.paths import key_text
 from torchdevmagic.safe.tensors import device_text, tensor_facts
@@ -16,6 +19,7 @@ from torchdevmagic.scanning.breakdown import Breakdown
 from torchdevmagic.scanning.state import ScanState
 
 _dict_items = dict.items
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 def finish_optimizers(scan: ScanState) -> None:
@@ -31,7 +35,7 @@ def optimizer_row(scan: ScanState, path: str, opt: Any) -> None:
     state = ns.get("state")
     acc = Breakdown()
     mismatched: list[Member] = []
-    if state is not None and issubclass(type(state), dict):
+    if state is not None and issubclass(type(state), dict) and dict.__len__(state):
         tensors, paths, expected = _state_tensors(scan, path, state)
         mismatched = _count_state(scan, tensors, paths, expected, acc)
     finding = findings.optimizer_state(path, mismatched)
@@ -64,24 +68,72 @@ def optimizer_row(scan: ScanState, path: str, opt: Any) -> None:
 def _state_tensors(
     scan: ScanState, path: str, state: dict[Any, Any]
 ) -> tuple[list[Any], list[str], list[Optional[str]]]:
-    """Every state tensor, its path and its parameter's device, in state order."""
-    tt, param_path, kind_of = scan.tt, scan.ledger.param_path, scan.kind_of
+    """Every state tensor, its path and its parameter's device, in state order. The
+    per-parameter dicts are read column-wise (AdamW keeps three tensors for each of a
+    model's parameters); a state of dict subclasses or other values, one at a time."""
+    tt = scan.tt
+    items = list(_dict_items(state))
+    params, tables = list(map(_first, items)), list(map(_second, items))
+    read = containers.tables_columns(tables)
+    if read is None:
+        return _state_one_by_one(scan, path, params, tables)
+    sizes, keys, values = read
+    owner = list(chain.from_iterable(map(repeat, range(len(sizes)), sizes)))
+    if not all_exactly(values, tt.tensor):
+        kinds, kind_of = scan.kinds, scan.kind_of
+        keep = [(kinds.get(id(type(v))) or kind_of(type(v))) == "tensor" for v in values]
+        owner, keys = list(compress(owner, keep)), list(compress(keys, keep))
+        values = list(compress(values, keep))
+    if all_exactly(keys, str):  # exact str keys: hashing them runs no user code
+        texts = {k: f"[{k!r}]" for k in set(keys)}
+        suffixes = list(map(texts.__getitem__, keys))
+    else:
+        suffixes = [f"[{key_text(k) or '?'}]" for k in keys]
+    prefixes = _prefixes(scan, path, params)
+    paths = list(map(str.__add__, map(prefixes.__getitem__, owner), suffixes))
+    column = batch.device_column(params, tt)
+    devices: list[Optional[str]] = (
+        list(column) if column is not None else [_visible_device(scan, p) for p in params]
+    )
+    return values, paths, list(map(devices.__getitem__, owner))
+
+
+def _state_one_by_one(
+    scan: ScanState, path: str, params: list[Any], tables: list[Any]
+) -> tuple[list[Any], list[str], list[Optional[str]]]:
+    """:func:`_state_tensors` for a state whose per-parameter entries are not all exactly
+    dicts: dict subclasses through dict's own methods, anything else skipped."""
+    kind_of = scan.kind_of
     tensors: list[Any] = []
     paths: list[str] = []
     expected: list[Optional[str]] = []
-    for i, (param, per_param) in enumerate(list(_dict_items(state))):
+    for prefix, param, per_param in zip(_prefixes(scan, path, params), params, tables):
         if not issubclass(type(per_param), dict):
             continue
-        prefix = f"{path}.state[{param_path.get(id(param)) or f'<param {i}>'}]"
-        # The facts reader knows an emulated tensor's visible device (cuda:0, not its meta).
-        facts = tensor_facts(param, tt) if kind_of(type(param)) == "tensor" else None
-        pdevice = facts.device if facts is not None else None
+        pdevice = _visible_device(scan, param)
         for key, value in list(_dict_items(per_param)):
             if kind_of(type(value)) == "tensor":
                 tensors.append(value)
                 paths.append(f"{prefix}[{key_text(key) or '?'}]")
                 expected.append(pdevice)
     return tensors, paths, expected
+
+
+def _prefixes(scan: ScanState, path: str, params: list[Any]) -> list[str]:
+    """``opt.state[model[0].weight]`` for each parameter, by the path the walk met it at."""
+    param_path = scan.ledger.param_path
+    return [
+        f"{path}.state[{param_path.get(id(p)) or f'<param {i}>'}]" for i, p in enumerate(params)
+    ]
+
+
+def _visible_device(scan: ScanState, param: Any) -> Optional[str]:
+    """A parameter's device as Python code sees it (an emulated tensor's cuda:0, which the
+    facts reader knows, not its meta); ``None`` for no tensor."""
+    if scan.kind_of(type(param)) != "tensor":
+        return None
+    facts = tensor_facts(param, scan.tt)
+    return facts.device if facts is not None else None
 
 
 def _count_state(
@@ -93,18 +145,23 @@ def _count_state(
 ) -> list[Member]:
     """Count the state tensors column-wise, as a module's; those on another device than
     their parameter (a CPU scalar ``step`` is where it belongs)."""
-    ledger = scan.ledger
-    cols = batch.facts_columns(tensors, scan.tt)
+    ledger, tt = scan.ledger, scan.tt
+    cols: Union[Placement, Columns, None] = batch.placement_columns(tensors, tt)
     if cols is None:
         where = dict(zip(paths, expected))
         tensors, paths, cols = ledger.facts_one_by_one(tensors, paths)
         expected = [where[p] for p in paths]
     nbytes, _ = ledger.count_many(cols, paths)
     acc.add_many(cols.device, nbytes, cols.dtype, paths)
+    if cols.device == expected:
+        return []
+    shapes = cols.shape if isinstance(cols, Columns) else None
     return [
-        Member(p, d, e)
-        for p, d, e, shape in zip(paths, cols.device, expected, cols.shape)
-        if e and d != e and not (shape == () and d == "cpu")
+        Member(paths[i], d, e)
+        for i, (d, e) in enumerate(zip(cols.device, expected))
+        if e
+        and d != e
+        and not (d == "cpu" and (shapes[i] if shapes else tt.get.shape(tensors[i])) == ())
     ]
 
 
