@@ -24,6 +24,7 @@ ARCHS = ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90")
 # Each world, and the verdict it gives.
 WORLDS = {
     "other_pip": "pip_mismatch",
+    "pyenv_shim": "pip_mismatch",
     "no_torch": "torch_missing",
     "cpu_torch_t4": "cpu_build_with_driver",
     "cvd_empty": "devices_hidden",
@@ -42,6 +43,48 @@ class HidingCuda(FakeCuda):
         if visible is not None and visible.strip() in ("", "-1"):
             return 0
         return super()._device_count_nvml()
+
+
+# pyenv's shim for a command, as pyenv-rehash writes it (PYENV_ROOT is the fake root).
+SHIM = """#!/usr/bin/env bash
+set -e
+[ -n "$PYENV_DEBUG" ] && set -x
+
+program="${{0##*/}}"
+
+export PYENV_ROOT="{root}"
+exec "{root}/libexec/pyenv" exec "$program" "$@"
+"""
+# A stand-in for pyenv that answers `pyenv which CMD` as pyenv does for the global version
+# (PYENV_VERSION first), and fails as pyenv does when that version lacks the command.
+FAKE_PYENV = """#!/usr/bin/env bash
+set -e
+[ "$1" = which ] || exit 1
+version="${PYENV_VERSION:-$(cat "$PYENV_ROOT/version")}"
+target="$PYENV_ROOT/versions/$version/bin/$2"
+[ -x "$target" ] || { echo "pyenv: $2: command not found" >&2; exit 127; }
+echo "$target"
+"""
+
+
+def pyenv_shim(folder: Path, version: str, pip_python: Optional[str] = None) -> Path:
+    """A pyenv root in ``folder`` whose global ``version`` has a ``pip`` for ``pip_python``
+    (that version's own python by default); returns the ``pip`` shim, for the PATH."""
+    root = folder / "pyenv"
+    for script, text in (
+        (root / "libexec" / "pyenv", FAKE_PYENV),
+        (root / "shims" / "pip", SHIM.format(root=root)),
+    ):
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(text)
+        script.chmod(0o755)
+    (root / "version").write_text(version + "\n")
+    pip = root / "versions" / version / "bin" / "pip"
+    pip.parent.mkdir(parents=True, exist_ok=True)
+    python = pip_python or str(pip.parent / f"python{version.rsplit('.', 1)[0]}")
+    pip.write_text(f"#!{python}\nimport sys\n")
+    pip.chmod(0o755)
+    return root / "shims" / "pip"
 
 
 def world(name: str, folder: Path, environ: Mapping[str, str]) -> EnvFacts:
@@ -69,6 +112,8 @@ def world(name: str, folder: Path, environ: Mapping[str, str]) -> EnvFacts:
         torch = fake_torch(FakeCuda(count=1, arch_list=ARCHS, environ=environ))
         nv = FakePynvml([FakeGpu(UUID, name="A100", cc=(8, 0))])
     paths: dict[str, str] = {}
+    if name == "pyenv_shim":  # a kernel from an unactivated venv, pyenv's shims on PATH
+        paths["pip"] = str(pyenv_shim(folder, "3.12.1"))
     if pip is not None:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "pip").write_text(pip + "\nimport sys\n")

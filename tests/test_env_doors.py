@@ -39,6 +39,15 @@ ROOT = TESTS.parent
 PIP_SAFE = {"PIP_NO_INDEX": "1", "PIP_DRY_RUN": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 SHELL_MARKS = (" in a shell", " in a terminal")
 SELECTOR_ARGS = "torch --index-url https://download.pytorch.org/whl/cu121"
+# The worlds whose fix installs something with pip.
+INSTALLS = (
+    "other_pip",
+    "pyenv_shim",
+    "no_torch",
+    "cpu_torch_t4",
+    "cu130_on_cu124_driver",
+    "ok_other_pip",
+)
 # What the script door prints for world NAME: the verdict check_environment() gives there.
 VERDICT_SCRIPT = """
 import json, os, sys
@@ -154,7 +163,7 @@ def test_ipython_fix_lines_run_in_a_cell(
     if name == "cvd_empty":  # %env took effect: the GPU is there now
         assert ("here", "%env CUDA_VISIBLE_DEVICES=0") in ran
         assert shell.run_line_magic("devices", "--env -o").code == "ok"
-    if name in ("other_pip", "no_torch", "cpu_torch_t4", "cu130_on_cu124_driver", "ok_other_pip"):
+    if name in INSTALLS:
         assert any(line.startswith("%pip install") for _, line in ran), ran
 
 
@@ -180,7 +189,7 @@ def test_script_fix_lines_run_in_a_script_and_a_shell(
         if name == "cvd_empty":  # set before CUDA started, it took effect
             assert line == 'import os; os.environ["CUDA_VISIBLE_DEVICES"] = "0"'
             assert after[0] == "ok"
-    if name in ("other_pip", "no_torch", "cpu_torch_t4", "cu130_on_cu124_driver", "ok_other_pip"):
+    if name in INSTALLS:
         pip = f"{sys.executable} -m pip install"
         assert any(w == "shell" and line.startswith(pip) for w, line in ran), ran
 

@@ -66,6 +66,7 @@ class EnvFacts:
     on_colab: bool = False
     on_kaggle: bool = False
     pip_path: Optional[str] = None
+    pip_target: Optional[str] = None  # the pip a pyenv shim on PATH runs (`pyenv which pip`)
     pip_python: Optional[str] = None  # the interpreter that pip script runs, if readable
     pip_matches: Optional[bool] = None  # None: could not tell (no pip, a shim, a .exe)
     notes: tuple[str, ...] = field(default=())  # facts that could not be read, and why
@@ -123,7 +124,7 @@ def collect_facts(
         "on_colab": "google.colab" in modules or any(k.startswith("COLAB_") for k in environ),
         "on_kaggle": "KAGGLE_KERNEL_RUN_TYPE" in environ,
     }
-    facts.update(_pip_facts(executable, which))
+    facts.update(_pip_facts(executable, which, environ))
     torch = torch_module
     if torch is None:
         facts["torch_error"] = "ModuleNotFoundError: No module named 'torch'"
@@ -305,16 +306,63 @@ def _torch_gpu(torch: Any, index: int, notes: list[str]) -> GpuFact:
     return GpuFact(index, name, _try(capability, notes, "capability"), _try(uuid, notes, "uuid"))
 
 
-def _pip_facts(executable: str, which: Callable[[str], Optional[str]]) -> dict[str, Any]:
+def _pip_facts(
+    executable: str, which: Callable[[str], Optional[str]], environ: Mapping[str, str]
+) -> dict[str, Any]:
     pip = which("pip")
     if pip is None:
         return {"pip_path": None}
-    python = _script_interpreter(pip, which)
+    target = pyenv_target(pip, environ)
+    script = target or pip
+    python = _script_interpreter(script, which)
     if python is None:
         # A shim or launcher we cannot read: same folder as the kernel's Python still tells.
-        same_dir = _same_dir(pip, executable)
-        return {"pip_path": pip, "pip_matches": True if same_dir else None}
-    return {"pip_path": pip, "pip_python": python, "pip_matches": _same_python(python, executable)}
+        same_dir = _same_dir(script, executable)
+        return {"pip_path": pip, "pip_target": target, "pip_matches": True if same_dir else None}
+    return {
+        "pip_path": pip,
+        "pip_target": target,
+        "pip_python": python,
+        "pip_matches": _same_python(python, executable),
+    }
+
+
+# A pyenv shim is a bash script that hands its own name to pyenv: `exec "<PYENV_ROOT>/libexec/
+# pyenv" exec "$program" "$@"`, after `export PYENV_ROOT="..."` (pyenv-rehash writes them so).
+# Which pip it runs depends on PYENV_VERSION, .python-version files from the working folder
+# up, pyenv's global version file and its plugins: `pyenv which pip` answers with all of those.
+_PYENV_EXEC = re.compile(r'^exec "([^"\n]+/libexec/pyenv)" exec "\$program" "\$@"$', re.M)
+_PYENV_ROOT = re.compile(r'^export PYENV_ROOT="([^"\n]+)"$', re.M)
+PYENV_TIMEOUT_S = 10.0
+
+
+def pyenv_target(path: str, environ: Mapping[str, str]) -> Optional[str]:
+    """The file the pyenv shim at ``path`` runs, from ``pyenv which`` as the shim would ask it
+    (its PYENV_ROOT, this process's environment and working folder); ``None`` when ``path``
+    is not a pyenv shim or pyenv cannot say (a version not installed, a command missing)."""
+    text = read_regular_file(path, limit=2048)
+    found = _PYENV_EXEC.search(text) if text is not None else None
+    if text is None or found is None:
+        return None
+    env = dict(environ)
+    root = _PYENV_ROOT.search(text)
+    if root is not None:
+        env["PYENV_ROOT"] = root.group(1)
+    try:
+        done = subprocess.run(
+            [found.group(1), "which", os.path.basename(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PYENV_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or len(lines) != 1 or not os.path.isabs(lines[0]):
+        return None
+    return lines[0]
 
 
 def _script_interpreter(path: str, which: Callable[[str], Optional[str]]) -> Optional[str]:

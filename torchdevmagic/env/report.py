@@ -93,6 +93,8 @@ def _fact_rows(f: EnvFacts) -> dict[str, str]:
     )
     driver = f.driver_version or (f"N/A ({f.nvml_error})" if f.nvml_error else "N/A")
     pip = f.pip_path or "not on PATH"
+    if f.pip_target:  # a pyenv shim: the pip it runs
+        pip += f", a pyenv shim for {f.pip_target}"
     if f.pip_path:
         pip += {
             True: " (this kernel's Python)",
