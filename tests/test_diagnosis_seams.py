@@ -22,10 +22,10 @@ class Report:
 def test_environment_errors_are_the_rules_no_accelerator_list(
     pytorch_errors: list[dict[str, Any]],
 ) -> None:
-    """env.is_environment_error is the rule registry's answer: every availability message of
+    """is_environment_error is the rule registry's answer: every availability message of
     the corpus that a rule files under no_cuda is an environment error, and nothing else is
     but a checkpoint that needs a missing accelerator."""
-    from torchdevmagic.env import is_environment_error
+    from torchdevmagic.diagnosis.environment import is_environment_error
 
     for entry in pytorch_errors:
         m = rules.match_message(entry["example"])

@@ -13,14 +13,13 @@ import pytest
 from _gpu_fakes import FakeCuda, FakeGpu, FakePynvml, fake_torch
 from IPython.core.error import UsageError
 
+from torchdevmagic.diagnosis.environment import fix_for_error, is_environment_error
 from torchdevmagic.env import (
     EnvFacts,
     EnvReport,
     _arch_supports,
     check_environment,
     collect_facts,
-    fix_for_error,
-    is_environment_error,
 )
 from torchdevmagic.gpu import Nvml
 
@@ -599,3 +598,25 @@ def test_pip_that_is_a_fifo_does_not_block(tmp_path: Path) -> None:
     )
     pip_path, pip_python, _ = json.loads(out.stdout.strip().splitlines()[-1])
     assert pip_path == str(bindir / "pip") and pip_python is None
+
+
+def test_the_environment_verdict_does_not_import_the_diagnosis() -> None:
+    """The diagnosis asks the environment for a verdict (diagnosis/environment.py imports
+    torchdevmagic.env); an import back, at any level, even inside a function, is a cycle
+    (env/errors.py was one, a forwarder to diagnosis.environment)."""
+    import ast
+
+    import torchdevmagic.env
+
+    found = []
+    for path in Path(torchdevmagic.env.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            found += [f"{path.name}: {n}" for n in names if n.startswith("torchdevmagic.diag")]
+    assert found == []

@@ -34,8 +34,15 @@ def verdict_line(report: Any) -> Optional[str]:
 
 
 def fix_for_error(message: str, report: Any = None) -> Optional[str]:
-    """The fix line for an environment error, fitted to this machine (see
-    ``torchdevmagic.env.fix_for_error``). Never raises."""
+    """The fix line for an environment error, fitted to this machine.
+
+    If ``message`` is one of the environment errors ("Torch not compiled with CUDA enabled",
+    "Found no NVIDIA driver on your system", "no kernel image is available for execution on
+    the device", "No CUDA GPUs are available", the driver-too-old and ``...
+    torch.cuda.is_available() is False`` texts, ...), ``"<headline> -> fix: <fix>"`` from
+    :func:`torchdevmagic.env.check_environment` (run now unless ``report`` is given). ``None``
+    when the message is not an environment error, or when the environment looks fine
+    (verdict ``ok``: the caller's own, message-based fix applies). Never raises."""
     if not is_environment_error(message):
         return None
     return _verdict(report)

@@ -15,13 +15,13 @@ it falls back to ``cudaGetDeviceCount`` only when NVML itself fails) rather than
 ``torch.cuda.is_available()``, which initialises the CUDA driver. The arch list comes from the
 build's compile flags. Once CUDA is initialised, torch's own answers are used.
 
-Modules: :mod:`.facts` (collect), :mod:`.verdicts` (decide), :mod:`.report` (render),
-:mod:`.errors` (for ``diagnose()``).
+Modules: :mod:`.facts` (collect), :mod:`.verdicts` (decide), :mod:`.report` (render). Which
+error messages a verdict explains is the diagnosis's side of that seam
+(:mod:`torchdevmagic.diagnosis.environment`): it imports this package, never the reverse.
 """
 
 from __future__ import annotations
 
-from torchdevmagic.env.errors import fix_for_error, is_environment_error
 from torchdevmagic.env.facts import EnvFacts, GpuFact, collect_facts
 from torchdevmagic.env.report import EnvReport, check_environment
 from torchdevmagic.env.verdicts import VERDICTS, Verdict, _arch_supports, decide
@@ -36,6 +36,4 @@ __all__ = [
     "check_environment",
     "collect_facts",
     "decide",
-    "fix_for_error",
-    "is_environment_error",
 ]
