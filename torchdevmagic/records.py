@@ -357,6 +357,8 @@ class ScanStats:
     deep_in: tuple[str, ...] = ()
     deep_unchecked: tuple[str, ...] = ()
     max_depth: int = 6  # the walk's depth limit (scan(max_depth=...))
+    proxies: int = 0  # weakref.proxy objects met (not followed: reading one runs user code)
+    proxy_paths: tuple[str, ...] = ()  # the first few of their paths
 
 
 def to_plain(obj: Any) -> Any:

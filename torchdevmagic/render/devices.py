@@ -66,7 +66,7 @@ def headline(report: DevicesReport) -> str | None:
     if not report.rows:
         where = f" on {report.device_filter}" if report.device_filter else ""
         s = report.stats
-        skipped = s.skipped_objects or s.unvisited_objects or s.mutated_containers
+        skipped = s.skipped_objects or s.unvisited_objects or s.mutated_containers or s.proxies
         cut = s.truncated_containers or s.deep_in or s.deep_unchecked
         partly = " in what could be inspected" if skipped or cut else ""
         if s.deep_in:
@@ -139,6 +139,12 @@ def footer_lines(s: ScanStats, hidden_rows: int, made_by: str = "scan") -> list[
             f"the scan's object budget ran out: {s.unvisited_objects:,} more objects (and "
             f"anything inside them) not inspected; {advice(MORE_OBJECTS, made_by)}"
         )
+    if s.proxies:
+        unnamed = s.proxies - len(s.proxy_paths)
+        names = name_some(list(s.proxy_paths))
+        names += f" and {unnamed:,} more" if unnamed > 0 else ""
+        proxies = plural(s.proxies, "weakref.proxy", "weakref.proxies")
+        lines.append(f"{proxies} not followed (a proxy keeps nothing alive): {names}")
     if s.mutated_containers:
         names = name_some(list(s.mutated_containers))
         count = plural(len(s.mutated_containers), "container")

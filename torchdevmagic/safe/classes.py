@@ -49,9 +49,10 @@ ATOMIC: tuple[type, ...] = (
     classmethod,
     staticmethod,
     weakref.ReferenceType,
-    weakref.ProxyType,
-    weakref.CallableProxyType,
 )
+# A weakref.proxy forwards every attribute to what it points to (user code may run): it is
+# not followed, only noted. It keeps nothing alive, so its referent is counted where held.
+PROXIES: tuple[type, ...] = (weakref.ProxyType, weakref.CallableProxyType)
 SKIP_PACKAGES = frozenset(
     {
         "numpy",
@@ -73,7 +74,18 @@ SKIP_PACKAGES = frozenset(
 )
 
 #: The kinds :meth:`Classifier.kind_of` gives.
-KINDS = ("skip", "tensor", "module", "optimizer", "dict", "sequence", "namedtuple", "set", "object")
+KINDS = (
+    "skip",
+    "proxy",
+    "tensor",
+    "module",
+    "optimizer",
+    "dict",
+    "sequence",
+    "namedtuple",
+    "set",
+    "object",
+)
 
 
 class Classifier:
@@ -119,6 +131,8 @@ def classify(cls: type, tt: Torch) -> str:
     """One of :data:`KINDS` for ``cls``, by ``issubclass`` and class attributes only."""
     if issubclass(cls, ATOMIC):
         return "skip"
+    if issubclass(cls, PROXIES):
+        return "proxy"
     if issubclass(cls, tt.tensor):
         return "tensor"
     if issubclass(cls, tt.module):

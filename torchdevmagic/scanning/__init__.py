@@ -17,6 +17,7 @@ from typing import Any
 from torchdevmagic._torch import no_torch_function
 from torchdevmagic.records import Finding, Row, RowTable, ScanStats
 from torchdevmagic.safe.handles import Torch
+from torchdevmagic.safe.paths import item_path
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.deep import look_below
 from torchdevmagic.scanning.history import history_named
@@ -61,19 +62,28 @@ class Collected:
 def visible_entries(
     namespace: Mapping[str, Any], include_hidden: bool, hidden: Iterable[str]
 ) -> list[tuple[str, Any]]:
-    """The namespace's ``(name, value)`` pairs a report shows: str names, and unless
-    ``include_hidden`` none starting with ``_``, none in ``hidden``, none of IPython's; with
-    it, IPython's output history once, as ``Out[n]`` (:mod:`.history`)."""
+    """The namespace's ``(name, value)`` pairs a report shows: unless ``include_hidden``
+    no name starting with ``_``, none in ``hidden``, none of IPython's; with it, IPython's
+    output history once, as ``Out[n]`` (:mod:`.history`). A key that is not a str
+    (``globals()[1] = t``) is no name but holds its value all the same: it is shown as
+    ``globals()[1]`` (no method of the key runs: see :func:`~..safe.item_path`)."""
     hidden_names = set(hidden)
+    items = list(dict.items(dict(namespace)))
     entries = [
         (name, value)
-        for name, value in list(dict.items(dict(namespace)))
+        for name, value in items
         if type(name) is str
         and (
             include_hidden
             or not (name.startswith("_") or name in hidden_names or name in IPYTHON_NAMES)
         )
     ]
+    if len(entries) < len(items):  # hidden names, or keys that are not str
+        entries += [
+            (item_path("globals()", key, i), value)
+            for i, (key, value) in enumerate(items)
+            if type(key) is not str
+        ]
     return history_named(entries) if include_hidden else entries
 
 

@@ -33,7 +33,7 @@ class _Counter(Walker):
 
     def visit(self, obj: Any, path: str, depth: int) -> None:
         kind = self.admit(obj)
-        if kind is None:
+        if kind is None or kind == "proxy":
             return
         if kind in ("tensor", "module", "optimizer"):
             self.found.setdefault(kind, set()).add(id(obj))

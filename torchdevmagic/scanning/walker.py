@@ -28,6 +28,7 @@ from torchdevmagic.scanning.state import ScanState
 DEFAULT_MAX_DEPTH = 6
 DEFAULT_MAX_ITEMS = 100_000  # per container; a list of 10 million ints is capped, not walked
 DEFAULT_MAX_OBJECTS = 2_000_000  # whole-scan budget
+PROXY_PATHS = 3  # the report names the first few weakref.proxy objects, counts them all
 BATCH_MIN = 16  # containers of only tensors at least this long are visited in one step
 
 _dict_items = dict.items
@@ -64,6 +65,7 @@ class Walker(ScanState):
         self.skipped_items = 0
         self.over_budget = 0
         self.truncated: list[str] = []
+        self.proxies: list[str] = []  # paths of the weakref.proxy objects met, not followed
         self.root = ""  # the namespace name being walked
         self.too_deep: dict[int, tuple[str, Any]] = {}  # id -> (root, object) past max_depth
         self.deep: Deep = Deep()  # what :mod:`.deep` found past max_depth
@@ -79,6 +81,8 @@ class Walker(ScanState):
             deep_found=self.deep.found,
             deep_in=self.deep.found_in,
             deep_unchecked=self.deep.unchecked,
+            proxies=len(self.proxies),
+            proxy_paths=tuple(self.proxies[:PROXY_PATHS]),
             max_depth=self.max_depth,
         )
 
@@ -106,6 +110,9 @@ class Walker(ScanState):
             return
         if kind == "tensor":
             self.ledger.defer([obj], [path])  # read in one batch by the ledger's flush()
+            return
+        if kind == "proxy":
+            self.proxies.append(path)
             return
         try:
             if depth > self.max_depth:  # :mod:`.deep` looks below, for the report's footer
