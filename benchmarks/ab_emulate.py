@@ -40,10 +40,10 @@ def worker(work: str, n: int) -> None:
     import bench_emulate
     import torch
 
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate import start
 
     torch.set_num_threads(1)
-    _session.start()
+    start()
     make: Callable[[str], Callable[[], Any]] = {
         "op": bench_emulate.tiny_op,
         "op_grad": bench_emulate.tiny_op_grad,

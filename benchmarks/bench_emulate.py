@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from torchdevmagic.emulate import _session
+from torchdevmagic import emulate
 
 
 def cnn(device: str) -> Callable[[], Any]:
@@ -123,9 +123,9 @@ def paired(make: Callable[[str], Callable[[], Any]], rounds: int, n: int) -> Pai
     """Seconds per call on the CPU and emulated, one pair per round, order alternating,
     on both clocks."""
     cpu_fn = make("cpu")
-    _session.start()
+    emulate.start()
     emu_fn = make("cuda")
-    _session.stop()
+    emulate.stop()
     out: Pairs = {"wall": ([], []), "cpu": ([], [])}
     for r in range(rounds):
         order = ("cpu", "emu") if r % 2 == 0 else ("emu", "cpu")
@@ -134,12 +134,12 @@ def paired(make: Callable[[str], Callable[[], Any]], rounds: int, n: int) -> Pai
                 cpu_fn()  # warm
                 wall, proc = _time(cpu_fn, n)
             else:
-                _session.start()
+                emulate.start()
                 try:
                     emu_fn()
                     wall, proc = _time(emu_fn, n)
                 finally:
-                    _session.stop()
+                    emulate.stop()
             index = 0 if side == "cpu" else 1
             out["wall"][index].append(wall)
             out["cpu"][index].append(proc)

@@ -79,7 +79,7 @@ _STARTING_FIXTURES = frozenset({"emu", "emu_shell"})  # fixtures that turn emula
 
 
 def _emulation_supported() -> bool:
-    from torchdevmagic.emulate._session import supported
+    from torchdevmagic.emulate.fronts.session import supported
 
     return supported()
 

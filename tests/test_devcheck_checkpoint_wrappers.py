@@ -54,7 +54,7 @@ def library(tmp_path: Path) -> Any:
 
 def setup(shell: Any, tmp_path: Path) -> str:
     """A checkpoint saved from the (emulated) GPU, then a process without CUDA."""
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     shell.run_line_magic("emulate_cuda", "on")
     try:

@@ -407,7 +407,7 @@ def test_numpy_of_fake_cuda_tensor(shell: Any) -> None:
 @pytest.mark.emulate
 def test_oom_names_biggest_variables_and_shape_bug(shell: Any) -> None:
     # Emulated GPU tensors hold real bytes (FakeTensors hold none, as %devices counts them).
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     shell.run_line_magic("emulate_cuda", "on")
     try:

@@ -78,7 +78,7 @@ def test_the_odd_tensor_is_listed_once(shell: Any, capsys: Any) -> None:
 
 @pytest.mark.emulate
 def test_on_the_emulated_gpu_the_model_is_materialised_where_the_data_is(shell: Any) -> None:
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     shell.run_line_magic("emulate_cuda", "on")
     try:

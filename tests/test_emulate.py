@@ -13,7 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from torchdevmagic.emulate import _memory, emulate_cuda, start, stop  # noqa: E402
+from torchdevmagic.emulate import emulate_cuda, start, stop  # noqa: E402
+from torchdevmagic.emulate.cuda import memory as _memory  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 

@@ -205,7 +205,7 @@ def test_bfloat16_and_the_old_spellings(emu: Any) -> None:
 
 
 def test_every_op_cuda_lists_has_a_policy() -> None:
-    from torchdevmagic.emulate import _autocast
+    from torchdevmagic.emulate.core import autocast as _autocast
 
     listed = _autocast.cuda_listed()
     assert "mm" in listed and "softmax.int" in listed

@@ -1,5 +1,5 @@
 """Autograd on the emulated GPU: the graph lives on the CPU tensors inside emulated ones
-(torchdevmagic/emulate/_function.py), so gradients must equal the CPU's bit for bit and the
+(torchdevmagic/emulate/core/ops.py), so gradients must equal the CPU's bit for bit and the
 autograd face (``.grad``, hooks, ``retain_grad``, ``torch.autograd.grad``, custom Functions)
 must behave as on a GPU."""
 

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from _fixrun import fails_then_fixed, finding_fix_runs, has_finding  # noqa: E402
 from test_devcheck_real_fixes import VARIANTS  # noqa: E402
 
-from torchdevmagic.emulate import _session  # noqa: E402
+from torchdevmagic.emulate.fronts import session as _session  # noqa: E402
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def emu(shell: Any) -> Any:
 
 
 def got(name: str, arg: str, common: str, method: str) -> str:
-    from torchdevmagic.emulate._rules import dispatcher_error
+    from torchdevmagic.emulate.core.rules import dispatcher_error
 
     return dispatcher_error(torch.device(common), torch.device(arg), name, method)
 
@@ -627,7 +627,7 @@ def test_the_fix_moving_a_cpu_module_runs_right_after_the_error(emu: Any) -> Non
     assert d.fix == "model.heads = torch.nn.ModuleDict(model.heads).to(DEVICE)"
     assert emu.user_ns["out"]["age"].device.type == "cuda"
     emu.run_cell("%%devcheck\nout = model(x.cpu())")  # a failure again, to look at its frames
-    own = os.path.dirname(_session.__file__)
+    own = os.path.dirname(os.path.dirname(_session.__file__))  # emulate/
     tb, files, frames = sys.last_traceback, [], []
     while tb is not None:
         files.append(tb.tb_frame.f_code.co_filename)

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from IPython.core.error import UsageError  # noqa: E402
 
-from torchdevmagic.emulate import _session  # noqa: E402
+from torchdevmagic.emulate.fronts import session as _session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = Path(__file__).parent / "data" / "emulate_project"

@@ -1,4 +1,4 @@
-"""Ops on one emulated GPU at the torch function level (torchdevmagic/emulate/_function.py):
+"""Ops on one emulated GPU at the torch function level (torchdevmagic/emulate/core/ops.py):
 equal to the usual way through ``__torch_dispatch__`` and to the CPU, bit for bit; mixes,
 a user's modes and forward-mode AD as before."""
 
@@ -14,7 +14,9 @@ torch = pytest.importorskip("torch")
 
 from _dispatches import Dispatches as _Dispatches  # noqa: E402
 
-from torchdevmagic.emulate import _function, _tensor, emulate_cuda  # noqa: E402
+from torchdevmagic.emulate import emulate_cuda  # noqa: E402
+from torchdevmagic.emulate.core import ops as _function  # noqa: E402
+from torchdevmagic.emulate.core import tensor as _tensor  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
@@ -31,10 +33,10 @@ def _no_earlier_function_modes() -> Any:
 
 
 def _usual_way(monkeypatch: Any) -> None:
-    monkeypatch.setattr(_function, "handle", _function.usual)
-    from torchdevmagic.emulate import _placement
+    monkeypatch.setattr(_tensor, "on_function", _function.usual)
+    from torchdevmagic.emulate.cuda import placement
 
-    monkeypatch.setattr(_placement, "handle", _function.usual)
+    monkeypatch.setattr(placement, "handle", _function.usual)
 
 
 def _calls(a: Any, b: Any) -> list[tuple[str, Any]]:

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from torchdevmagic.emulate import _session  # noqa: E402
+from torchdevmagic.emulate.fronts import session as _session  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
@@ -126,7 +126,7 @@ def test_a_hook_that_raises_keeps_its_error_type_message_and_frames(emu_shell: A
         names.append(tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
     assert names[-1] == "clip", names  # the hook's own line is where it failed
-    own = _session.__file__.rsplit("/", 1)[0]
+    own = _session.__file__.rsplit("/", 2)[0]  # emulate/
     frames = [f for f in _frames(sys.last_traceback) if f.startswith(own)]
     assert len(frames) <= 1, frames  # at most the placement mode's entry, as for any error
 

@@ -163,6 +163,6 @@ def test_terminal_ipython_shows_cuda_s_error_under_the_user_s_line() -> None:
     assert "DefaultCPUAllocator" not in text
     # IPython 8+ always shows the innermost frame, hidden or not: ours is one line, the
     # raise; none of the internals it came through (the ledger, the op runner).
-    frames = ("_memory.py", "_sizes.py", "Ledger.", "in _factory(", "in generic(", "in wrap(")
+    frames = ("memory.py", "sizes.py", "Ledger.", "in _factory(", "in generic(", "in wrap(")
     for internal in frames:
         assert internal not in text, text

@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from torchdevmagic.emulate import _rules, emulate_cuda  # noqa: E402
+from torchdevmagic.emulate import emulate_cuda  # noqa: E402
+from torchdevmagic.emulate.core import rules as _rules  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from torchdevmagic.emulate import EmulationUnsupported
-from torchdevmagic.emulate._session import active, start, stop, supported
+from torchdevmagic.emulate.fronts.session import active, start, stop, supported
 
 
 def test_emulation_refuses_a_torch_it_cannot_emulate(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from _oom_cells import OOM_27600  # noqa: E402
 
-from torchdevmagic.emulate import _session  # noqa: E402
+from torchdevmagic.emulate.fronts import session as _session  # noqa: E402
 from torchdevmagic.free import FreeReport  # noqa: E402
 
 MiB = 2**20

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from _oom_cells import OOM_27600  # noqa: E402
 
 from torchdevmagic.diagnosis import diagnose  # noqa: E402
-from torchdevmagic.emulate import _session  # noqa: E402
+from torchdevmagic.emulate.fronts import session as _session  # noqa: E402
 
 MiB = 2**20
 # torch.OutOfMemoryError from 2.4 (what the emulated GPU raises); torch.cuda.OutOfMemoryError before

@@ -77,14 +77,14 @@ def test_emulate_cuda_sizes_go_with_on_only(shell: Any, line: str, second: str) 
     action = line.split()[1] if not line.split()[1].startswith("-") else "status"
     text = refused(shell, line)
     assert f"{action} and {second} cannot be combined" in text, text
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     assert _session.active() is None  # refused before anything started
 
 
 @pytest.mark.emulate
 def test_emulate_cuda_on_still_takes_its_sizes(shell: Any) -> None:
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     try:
         status = shell.run_line_magic("emulate_cuda", "on --devices 2 --memory 1 -o")

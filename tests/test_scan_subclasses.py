@@ -137,7 +137,7 @@ def test_dtensor_counts_the_local_shard() -> None:
 
 @pytest.mark.emulate
 def test_torchdevmagic_emulate_tensors_show_their_emulated_device() -> None:
-    from torchdevmagic.emulate._tensor import EmulatedTensor
+    from torchdevmagic.emulate import EmulatedTensor
 
     e = EmulatedTensor(torch.zeros(3), torch.device("cuda", 1))
     row = scan({"e": e}, gpus=False).row("e")

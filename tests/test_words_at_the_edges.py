@@ -116,7 +116,7 @@ def test_free_an_output_that_never_existed(shell: Any) -> None:
     ],
 )
 def test_emulate_sizes_out_of_range(shell: Any, line: str, words: str) -> None:
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     text = refused(shell, f"%emulate_cuda {line}")
     assert text.startswith("%emulate_cuda: ") and words in text
@@ -125,7 +125,7 @@ def test_emulate_sizes_out_of_range(shell: Any, line: str, words: str) -> None:
 
 @pytest.mark.emulate
 def test_emulate_the_ends_of_the_range_work(shell: Any) -> None:
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     try:
         assert shell.run_cell("%emulate_cuda on --devices 128 --memory 0.001").error_in_exec is None

@@ -30,7 +30,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "TimingResult": ("torchdevmagic.timing", "TimingResult"),
     "diagnose": ("torchdevmagic.diagnosis", "diagnose"),
     "Diagnosis": ("torchdevmagic.diagnosis", "Diagnosis"),
-    "emulate_cuda": ("torchdevmagic.emulate._session", "emulate_cuda"),
+    "emulate_cuda": ("torchdevmagic.emulate.fronts.session", "emulate_cuda"),
 }
 
 __all__ = [  # noqa: PLE0604 - the lazy names are strings too

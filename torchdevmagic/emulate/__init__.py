@@ -17,15 +17,15 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "emulate_cuda": "torchdevmagic.emulate._session",
-    "start": "torchdevmagic.emulate._session",
-    "stop": "torchdevmagic.emulate._session",
-    "active": "torchdevmagic.emulate._session",
-    "status": "torchdevmagic.emulate._status",
-    "EmulationStatus": "torchdevmagic.emulate._status",
-    "DEFAULT_CAPACITY": "torchdevmagic.emulate._session",
-    "EmulatedTensor": "torchdevmagic.emulate._tensor",
-    "EmulationUnsupported": "torchdevmagic.emulate._rules",
+    "emulate_cuda": "torchdevmagic.emulate.fronts.session",
+    "start": "torchdevmagic.emulate.fronts.session",
+    "stop": "torchdevmagic.emulate.fronts.session",
+    "active": "torchdevmagic.emulate.fronts.session",
+    "status": "torchdevmagic.emulate.fronts.status",
+    "EmulationStatus": "torchdevmagic.emulate.fronts.status",
+    "DEFAULT_CAPACITY": "torchdevmagic.emulate.fronts.session",
+    "EmulatedTensor": "torchdevmagic.emulate.core.tensor",
+    "EmulationUnsupported": "torchdevmagic.emulate.core.errors",
 }
 
 __all__ = [  # noqa: PLE0604 - resolved lazily

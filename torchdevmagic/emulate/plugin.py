@@ -53,8 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
         gib = float(config.getoption("emulate_cuda_memory"))
     except ValueError:
         raise pytest.UsageError("--emulate-cuda-memory takes a number of GiB") from None
-    from torchdevmagic.emulate import _session
-    from torchdevmagic.emulate._rules import EmulationUnsupported
+    from torchdevmagic.emulate.core.errors import EmulationUnsupported
+    from torchdevmagic.emulate.fronts import session as _session
 
     try:
         session = _session.start(count, int(gib * (1 << 30)))
@@ -65,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if config.stash.get(_KEY, None) is not None:
-        from torchdevmagic.emulate import _session
+        from torchdevmagic.emulate.fronts import session as _session
 
         _session.stop()
         del config.stash[_KEY]
@@ -75,7 +75,7 @@ def pytest_report_header(config: pytest.Config) -> Any:
     session = config.stash.get(_KEY, None)
     if session is None:
         return None
-    from torchdevmagic.emulate._status import status
+    from torchdevmagic.emulate.fronts.status import status
 
     return f"torchdevmagic: {status().to_text()}"
 
@@ -90,7 +90,7 @@ def pytest_runtest_makereport(
     report = outcome.get_result()
     try:
         from torchdevmagic.diagnosis import diagnose
-        from torchdevmagic.emulate._frames import user_globals
+        from torchdevmagic.emulate.fronts.namespace import user_globals
 
         diagnosis = diagnose(call.excinfo.value, user_globals(call.excinfo.value))
     except Exception as exc:  # the test's own failure must stay as it is

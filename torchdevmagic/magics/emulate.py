@@ -87,8 +87,8 @@ class EmulateMagics(Magics):
         if action != "on":  # the sizes of GPUs that off/status do not start
             given = {"--devices": args.devices is not None, "--memory": args.memory is not None}
             refuse_combined("%emulate_cuda", action, given, "only -o")
-        from torchdevmagic.emulate import _session
-        from torchdevmagic.emulate._status import status
+        from torchdevmagic.emulate.fronts import session as _session
+        from torchdevmagic.emulate.fronts.status import status
 
         if action == "on":
             self._on(args)
@@ -106,8 +106,8 @@ class EmulateMagics(Magics):
         return None
 
     def _on(self, args: Any) -> None:
-        from torchdevmagic.emulate import _session
-        from torchdevmagic.emulate._rules import EmulationUnsupported
+        from torchdevmagic.emulate import EmulationUnsupported
+        from torchdevmagic.emulate.fronts import session as _session
 
         running = _session.active()
         if running is not None:
@@ -122,7 +122,7 @@ class EmulateMagics(Magics):
             raise UsageError(str(exc)) from None
 
     def on_unload(self) -> None:
-        from torchdevmagic.emulate import _session
+        from torchdevmagic.emulate.fronts import session as _session
 
         if self._started is not None and _session.active() is self._started:
             _session.stop()

@@ -50,7 +50,7 @@ def parse_device(device: Optional[str]) -> tuple[Optional[str], Optional[int]]:
 
 def emulated_devices() -> int:
     """How many GPUs ``torchdevmagic.emulate`` emulates now (0: off, or never imported)."""
-    emulation = sys.modules.get("torchdevmagic.emulate._session")
+    emulation = sys.modules.get("torchdevmagic.emulate.fronts.session")
     session = emulation.active() if emulation is not None else None
     return int(session.count) if session is not None else 0
 

@@ -2,24 +2,29 @@
 
 A TorchFunctionMode sees every torch call before dispatch: factories with ``device="cuda"``,
 ``.to(...)``, ``.cuda()``, ``.cpu()``, and the RNN and packed-sequence entry points
-(:mod:`._rnn`). Moves between devices are
-copies of the CPU tensors recorded by autograd, so gradients flow back to the device they
+(``core/rnn``), pinned memory (``pinned``). Moves between devices are copies of the CPU
+tensors recorded by autograd (``core/moves``), so gradients flow back to the device they
 came from.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 import torch.utils._device
 from torch.overrides import TorchFunctionMode
 
-from torchdevmagic.emulate import _pinned, _rnn, _sizes, _tensor
-from torchdevmagic.emulate._function import handle
-from torchdevmagic.emulate._grads import relink, unlink
-from torchdevmagic.emulate._memory import released, unpinned
-from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, inner_of, wrap
+from torchdevmagic.emulate.core import rnn as _rnn
+from torchdevmagic.emulate.core import sizes as _sizes
+from torchdevmagic.emulate.core.errors import EmulationUnsupported, released, unpinned
+from torchdevmagic.emulate.core.grads import relink, unlink
+from torchdevmagic.emulate.core.moves import parse_to, to_device
+from torchdevmagic.emulate.core.ops import handle
+from torchdevmagic.emulate.core.sizes import refused
+from torchdevmagic.emulate.core.tensor import EmulatedTensor, inner_of, wrap
+from torchdevmagic.emulate.cuda import pinned as _pinned
+from torchdevmagic.emulate.cuda.devices import Devices
 
 _CPU = torch.device("cpu")
 _function_modes = torch._C._len_torch_function_stack
@@ -29,85 +34,6 @@ _default: Any = torch.utils._device  # CURRENT_DEVICE: torch.set_default_device'
 
 def _constructors() -> Any:
     return _default._device_constructors()
-
-
-class Devices:
-    """The emulated GPUs of one session: how many, and which one is current."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.current = 0
-        self.forked = False  # a fork()ed child of a process whose emulated CUDA was in use
-
-    def resolve(self, device: Any) -> Optional[torch.device]:
-        """``device`` as a ``cuda:N`` torch.device if it names the GPU, else ``None``."""
-        __tracebackhide__ = True  # IPython and pytest show the caller
-        if device is None:
-            return None
-        if isinstance(device, int):
-            return self._checked(device)
-        if isinstance(device, str):
-            if not device.startswith("cuda"):
-                return None
-            device = torch.device(device)
-        if isinstance(device, torch.device) and device.type == "cuda":
-            if self.forked:
-                from torchdevmagic.emulate._cuda import bad_fork
-
-                raise bad_fork()
-            return self._checked(self.current if device.index is None else device.index)
-        return None
-
-    def _checked(self, index: int) -> torch.device:
-        __tracebackhide__ = True  # IPython and pytest show the caller
-        if not 0 <= index < self.count:
-            from torchdevmagic.emulate._cuda import invalid_ordinal
-
-            raise invalid_ordinal()
-        return torch.device("cuda", index)
-
-
-def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bool = False) -> Any:
-    """``x.to(target, dtype)`` with the emulated GPU standing in for CUDA. The copy of the CPU
-    tensor is recorded by autograd where ``x`` needs a graph: gradients flow back."""
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    source = device_of(x)
-    dtype = x.dtype if dtype is None else dtype
-    if source == target and dtype == x.dtype and not copy:
-        return x
-    if target.type == "cuda":
-        inner = inner_of(x)
-        _sizes.copy_check(inner, dtype, target)  # before the copy, as a GPU refuses
-        try:
-            moved = inner.to(dtype=dtype, copy=True)
-        except RuntimeError as exc:
-            raise _tensor.refused(exc, target) from None
-        return wrap(moved, target)
-    if target.type == "cpu" and type(x) is EmulatedTensor:
-        return inner_of(x).to(dtype=dtype, copy=True)
-    with torch._C.DisableTorchFunction():
-        return torch.Tensor.to(inner_of(x), target, dtype, copy=copy)
-
-
-def move_without_session(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    """``.to()``, ``.cuda()``, ``.cpu()`` of an emulated tensor with no session on (kept from
-    an earlier one): ``cuda`` is ``cuda:0``, as no device was made current."""
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    x = args[0]
-    dtype, copy = None, False
-    if func is torch.Tensor.cpu:
-        device: Any = _CPU
-    elif func is torch.Tensor.cuda:
-        device = args[1] if len(args) > 1 else kwargs.get("device")
-        device = "cuda" if device is None else device
-    else:
-        device, dtype, copy = _parse_to(args[1:], kwargs)
-    if isinstance(device, int) and not isinstance(device, bool):
-        device = torch.device("cuda", device)
-    target = device_of(x) if device is None else torch.device(device)
-    if target.type == "cuda" and target.index is None:
-        target = torch.device("cuda", 0)
-    return to_device(x, target, dtype, copy)
 
 
 class PlacementMode(TorchFunctionMode):
@@ -168,7 +94,7 @@ class PlacementMode(TorchFunctionMode):
         try:
             out = func(*args, **kwargs)
         except RuntimeError as exc:
-            raise _tensor.refused(exc, target) from None
+            raise refused(exc, target) from None
         if isinstance(out, torch.Tensor) and type(out) is not EmulatedTensor:
             result = wrap(out.detach() if out.requires_grad else out, target)
             if grad:
@@ -181,7 +107,7 @@ class PlacementMode(TorchFunctionMode):
     def _to(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         x = args[0]
-        device, dtype, copy = _parse_to(args[1:], kwargs)
+        device, dtype, copy = parse_to(args[1:], kwargs)
         target = self.devices.resolve(device)
         if target is None and device is not None and torch.device(device).type == "cpu":
             target = _CPU
@@ -204,23 +130,6 @@ class PlacementMode(TorchFunctionMode):
     def _cpu(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         return to_device(args[0], _CPU)
-
-
-def _parse_to(rest: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, bool]:
-    """(device, dtype, copy) of a ``Tensor.to`` call, the device as the user wrote it."""
-    device, dtype = kwargs.get("device"), kwargs.get("dtype")
-    copy = bool(kwargs.get("copy", False))
-    pos = list(rest)
-    if pos and isinstance(pos[0], torch.Tensor):
-        other = pos.pop(0)
-        device, dtype = device_of(other), other.dtype
-    elif pos and isinstance(pos[0], (str, int, torch.device)) and not isinstance(pos[0], bool):
-        device = pos.pop(0)
-    if pos and isinstance(pos[0], torch.dtype):
-        dtype = pos.pop(0)
-    if len(pos) >= 2:  # non_blocking, copy
-        copy = bool(pos[1])
-    return device, dtype, copy
 
 
 def _device_constructor(func: Any, args: Any, kwargs: Any) -> Any:
@@ -269,8 +178,6 @@ def swap_standin(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], N
         except RuntimeError as exc:
             if "use_count" not in str(exc):
                 raise
-            from torchdevmagic.emulate._rules import EmulationUnsupported
-
             raise EmulationUnsupported(
                 "moving a CPU parameter onto the emulated GPU swaps it in place "
                 "(torch.utils.swap_tensors), which fails while an autograd graph still holds "

@@ -15,6 +15,9 @@ from typing import Any, Optional
 
 import torch
 
+from torchdevmagic.emulate.core import tensor as _tensor
+from torchdevmagic.emulate.core.tensor import wrap
+
 # storage ``_cdata`` -> "cuda:N", for the storages of emulated tensors being saved / loaded.
 # Each entry lives from the tensor's __reduce_ex__ to the tag lookup of its storage right after.
 _SAVED: dict[int, str] = {}
@@ -66,8 +69,6 @@ def make_rebuild(original: Any) -> Any:
         device = getattr(untyped, _MARK, None)
         if device is None:
             return t
-        from torchdevmagic.emulate._tensor import wrap
-
         grad = t.requires_grad
         out = wrap(t.detach(), device)
         return out.requires_grad_(True) if grad else out
@@ -77,3 +78,6 @@ def make_rebuild(original: Any) -> Any:
 
 def clear() -> None:
     _SAVED.clear()
+
+
+_tensor.on_pickle = reduce_emulated

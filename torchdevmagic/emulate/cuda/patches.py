@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from torchdevmagic.emulate.core.errors import EmulationUnsupported
+from torchdevmagic.emulate.core.tensor import EmulatedTensor
+
 _MISSING = object()
 
 
@@ -51,8 +54,6 @@ class Patcher:
 def unsupported(what: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
-        from torchdevmagic.emulate._rules import EmulationUnsupported
-
         raise EmulationUnsupported(what)
 
     return refuse
@@ -116,7 +117,6 @@ def group_standin(original: Callable[..., Any]) -> Callable[..., Any]:
     keyed ``meta`` (``clip_coef.to(device)`` then made a meta tensor, and multiplying a
     gradient by it failed with "found at least two devices, cuda:0 and meta"). Each group
     of emulated tensors is keyed, and split, by their ``cuda:N``."""
-    from torchdevmagic.emulate._tensor import EmulatedTensor
 
     def _group_tensors_by_device_and_dtype(tensorlistlist: Any, with_indices: bool) -> Any:
         grouped = original(tensorlistlist, with_indices)

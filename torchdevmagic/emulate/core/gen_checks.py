@@ -7,7 +7,7 @@ and check for themselves (TensorIterator, indexing, copies). This reads native_f
 with torchgen, generates each CUDA wrapper exactly as torch's build does, and records which
 arguments it checks under which method name. Run with the torch whose table you want::
 
-    python -m torchdevmagic.emulate._gen_checks
+    python -m torchdevmagic.emulate.core.gen_checks
 """
 
 from __future__ import annotations

@@ -23,12 +23,11 @@ from typing import Any, Callable, Optional, cast
 
 import torch
 
+from torchdevmagic.emulate.core.errors import EmulationUnsupported
+from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, inner_of
+
 _CPU = torch.device("cpu")
 _TORCH_2_8 = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 8)
-
-
-class EmulationUnsupported(RuntimeError):
-    """Something the emulated GPU cannot do (CUDA-only kernels, NCCL, real timing...)."""
 
 
 @lru_cache(maxsize=1)
@@ -38,10 +37,8 @@ def _table() -> dict[str, Any]:
     return data
 
 
-def _device(t: Any) -> torch.device:
-    from torchdevmagic.emulate._tensor import device_of
-
-    return device_of(t)
+_device = device_of
+_inner = inner_of
 
 
 def _is_tensor(t: Any) -> bool:
@@ -49,8 +46,6 @@ def _is_tensor(t: Any) -> bool:
 
 
 def first_emulated_device(args: Any, kwargs: Any) -> Optional[torch.device]:
-    from torchdevmagic.emulate._tensor import EmulatedTensor
-
     for a in [*args, *kwargs.values()]:
         for x in a if isinstance(a, (list, tuple)) else (a,):
             if type(x) is EmulatedTensor:
@@ -76,6 +71,31 @@ def iterator_error(common: torch.device, other: torch.device) -> str:
     return (
         "Expected all tensors to be on the same device, but found at least two devices, "
         f"{common} and {other}!"
+    )
+
+
+# c10's ScalarType names, as TORCH_CHECK prints a dtype.
+_SCALAR_NAMES = {
+    torch.int64: "Long",
+    torch.int32: "Int",
+    torch.int16: "Short",
+    torch.int8: "Char",
+    torch.uint8: "Byte",
+    torch.bool: "Bool",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+}
+
+
+def not_a_cpu_long(t: Any) -> RuntimeError:
+    """checkLongTensor's refusal (aten/src/ATen/native/PackedSequence.cpp): the same words
+    for ``pack_padded_sequence``'s lengths and ``pad_packed_sequence``'s batch sizes."""
+    dtype = _SCALAR_NAMES.get(t.dtype, str(t.dtype))
+    return RuntimeError(
+        f"'lengths' argument should be a 1D CPU int64 tensor, but got {t.dim()}D {t.device} "
+        f"{dtype} tensor"
     )
 
 
@@ -215,12 +235,6 @@ def _type_string(t: torch.Tensor) -> str:
     return name if short != "BFloat16Tensor" else "CPUBFloat16Type"
 
 
-def _inner(t: Any) -> Any:
-    from torchdevmagic.emulate._tensor import inner_of
-
-    return inner_of(t)
-
-
 def _conv_rule(func: Any, args: Any, kwargs: Any) -> None:
     __tracebackhide__ = True  # IPython and pytest show the caller
     values = _schema_values(func, args, kwargs)
@@ -328,7 +342,3 @@ def check(func: Any, args: Any, kwargs: Any) -> Optional[Callable[..., Any]]:
     if rule is None:
         rule = _RULE_CACHE[func] = _classify(func)
     return cast(Optional[Callable[..., Any]], rule(func, args, kwargs))
-
-
-# Ops whose emulation differs from "check, run on CPU, wrap": filled by _special.
-SPECIAL: dict[Any, Callable[..., Any]] = {}

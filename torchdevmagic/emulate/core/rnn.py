@@ -13,32 +13,11 @@ from typing import Any
 
 import torch
 
-from torchdevmagic.emulate import _autocast, _tensor
-from torchdevmagic.emulate._tensor import EmulatedTensor, device_of, wrap
-
-# c10's ScalarType names, as TORCH_CHECK prints a dtype.
-_SCALAR_NAMES = {
-    torch.int64: "Long",
-    torch.int32: "Int",
-    torch.int16: "Short",
-    torch.int8: "Char",
-    torch.uint8: "Byte",
-    torch.bool: "Bool",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-}
-
-
-def not_a_cpu_long(t: EmulatedTensor) -> RuntimeError:
-    """checkLongTensor's refusal (aten/src/ATen/native/PackedSequence.cpp): the same words
-    for ``pack_padded_sequence``'s lengths and ``pad_packed_sequence``'s batch sizes."""
-    dtype = _SCALAR_NAMES.get(t.dtype, str(t.dtype))
-    return RuntimeError(
-        f"'lengths' argument should be a 1D CPU int64 tensor, but got {t.dim()}D {t.device} "
-        f"{dtype} tensor"
-    )
+from torchdevmagic.emulate.core import autocast as _autocast
+from torchdevmagic.emulate.core import ops as _ops
+from torchdevmagic.emulate.core.rules import not_a_cpu_long
+from torchdevmagic.emulate.core.sizes import refused
+from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, wrap
 
 
 def rnn(func: Any, args: Any, kwargs: Any) -> Any:
@@ -63,10 +42,14 @@ def rnn(func: Any, args: Any, kwargs: Any) -> Any:
     # Checked as CUDA checks it: run on the CPU tensors, as the call would run on the CPU
     # (its own fused kernel; the general path would take the CPU batch sizes for a mix and
     # compute through the op's decomposition, one ulp off the CPU's values).
+    inner = tuple(map(_inner, args))
     try:
-        out = _autocast.call(func, tuple(map(_inner, args)), kwargs)  # cuDNN's casts too
+        if _ops.autocast_regions:
+            out = _autocast.call(func, inner, kwargs)  # cuDNN's casts too
+        else:
+            out = func(*inner, **kwargs)
     except RuntimeError as exc:
-        raise _tensor.refused(exc, dev) from None
+        raise refused(exc, dev) from None
     return tuple(wrap(o, dev) if isinstance(o, torch.Tensor) else o for o in out)
 
 
@@ -126,7 +109,7 @@ def _packed_call(func: Any, args: Any, kwargs: Any, names: tuple[str, str]) -> A
     try:
         out, cpu = func(*args, **kwargs)
     except RuntimeError as exc:
-        raise _tensor.refused(exc, device_of(data)) from None
+        raise refused(exc, device_of(data)) from None
     return wrap(out, device_of(data)), cpu
 
 

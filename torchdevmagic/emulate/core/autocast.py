@@ -30,8 +30,6 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from torchdevmagic.emulate import _function
-
 _DOUBLE = torch.float64
 _HALF = torch.float16
 _FLOAT = torch.float32
@@ -126,10 +124,11 @@ def on() -> bool:
 
 
 def call(func: Any, args: Any, kwargs: Any, cpu: Any = ()) -> Any:
-    """``func`` on CPU tensors with CUDA's autocast policy, if a region is enabled here."""
+    """``func`` on CPU tensors with CUDA's autocast policy, if a region is enabled here
+    (callers ask only while a region is open: ``ops.autocast_regions``)."""
     __tracebackhide__ = True  # IPython and pytest show the caller
     global _cpu_tensors
-    if not _function.autocast_regions or not _is_enabled("cuda"):
+    if not _is_enabled("cuda"):
         return func(*args, **kwargs)
     was_on, was_dtype = _is_enabled("cpu"), _get_dtype("cpu")
     _set_enabled("cpu", True)
@@ -315,37 +314,3 @@ def register() -> Any:
             if name not in cuda:  # CPU autocast's own lists do not apply to the GPU's ops
                 lib.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
     return lib
-
-
-class Regions:
-    """The ``autocast`` class's ``__enter__``/``__exit__`` while emulating: counts the
-    ``autocast("cuda")`` regions open (``_function.autocast_regions``, so an op outside any
-    region pays one test), and registers CUDA's policy at the first one."""
-
-    def __init__(self, enter: Any, exit: Any) -> None:
-        self.library: Any = None
-        regions = self
-
-        def __enter__(self: Any) -> Any:
-            out = enter(self)
-            if getattr(self, "device", None) == "cuda":
-                if regions.library is None:
-                    regions.library = register()
-                _function.autocast_regions += 1
-            return out
-
-        def __exit__(self: Any, *exc: Any) -> Any:
-            try:
-                return exit(self, *exc)
-            finally:
-                if getattr(self, "device", None) == "cuda" and _function.autocast_regions > 0:
-                    _function.autocast_regions -= 1
-
-        self.enter = __enter__
-        self.exit = __exit__
-
-    def close(self) -> None:
-        _function.autocast_regions = 0
-        if self.library is not None:
-            self.library._destroy()
-            self.library = None

@@ -15,13 +15,12 @@ and never less than the peak since ``empty_cache``.
 from __future__ import annotations
 
 import gc
-import os
-import re
-import types
 import weakref
-from typing import Any, Optional
+from typing import Any
 
 import torch
+
+from torchdevmagic.emulate.core.tensor import EmulatedTensor
 
 _BLOCK = 2 << 20
 
@@ -71,8 +70,6 @@ class Ledger:
     def exact(self, pending: Any = None) -> list[int]:
         """Bytes on each device now, gradients included (but the storage ``pending``: the
         one about to be registered, which its caller counts)."""
-        from torchdevmagic.emulate._tensor import EmulatedTensor
-
         seen: set[int] = set()  # the gradients' storages counted so far
         totals = self.bound[: len(self.peak)]
         for obj in gc.get_objects():
@@ -173,59 +170,3 @@ def out_of_memory(index: int, size: int, allocated: int, capacity: int, reserved
     error: Any = cls(text)
     error.emulated = True  # ours: the frames it is raised through are the emulator's
     return error
-
-
-_CPU_REFUSED = re.compile(
-    r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) "
-)
-
-
-def cpu_refused(exc: BaseException) -> int:
-    """The bytes the CPU allocator refused in ``exc`` (0: not such an error)."""
-    if type(exc) is not RuntimeError:
-        return 0
-    found = _CPU_REFUSED.search(str(exc))
-    return int(found.group(1)) if found else 0
-
-
-def unpinned(exc: BaseException) -> BaseException:
-    """An emulated out-of-memory error without the emulator's frames it was raised through:
-    hidden from the user anyway, they hold the tensor that did not fit (a traceback IPython
-    keeps would pin it). Other frames (torch's, the user's) stay."""
-    if not getattr(exc, "emulated", False):
-        return exc
-    return _own_frames_dropped(exc)
-
-
-def released(exc: BaseException) -> BaseException:
-    """Any error leaving the emulator, without its frames, in its chain too: IPython keeps
-    the last traceback, and an emulator frame in it holds the call's arguments. A CPU
-    parameter held there cannot be swapped onto the emulated GPU by the ``.to("cuda")`` the
-    user runs next (a GPU does not swap it: it sets ``.data``). The frames are hidden
-    anyway; torch's and the user's stay. A context the error suppressed (``from None``) is
-    never shown, so it goes, with its frames."""
-    seen: set[int] = set()
-    e: Optional[BaseException] = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        _own_frames_dropped(e)
-        if e.__suppress_context__:
-            e.__context__ = None
-        e = e.__cause__ or e.__context__
-    return exc
-
-
-def _own_frames_dropped(exc: BaseException) -> BaseException:
-    kept = []
-    tb = exc.__traceback__
-    while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
-            kept.append(tb)
-        tb = tb.tb_next
-    new = None
-    for entry in reversed(kept):
-        new = types.TracebackType(new, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
-    return exc.with_traceback(new)
-
-
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

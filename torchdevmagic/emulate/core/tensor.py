@@ -1,12 +1,17 @@
 """The emulated-CUDA tensor: CPU data, a CUDA face.
 
 A wrapper subclass holds a plain CPU tensor (``_inner``) and runs every op on it: torch
-calls at the torch function level (``_function``, autograd on the CPU tensor), the rest
-(mixes of devices, a user's dispatch mode) as aten ops in ``__torch_dispatch__``. Its
+calls at the torch function level (``ops``, autograd on the CPU tensor), the rest (mixes of
+devices, a user's dispatch mode) as aten ops in ``__torch_dispatch__`` (``dispatch``). Its
 C++-visible device is ``meta``: a CPU build has no device guard for ``cuda``, and a wrapper
 made with ``device="cuda"`` aborts the process in autograd. The Python-visible device (the
 ``device`` property, ``is_cuda``, ``repr``) is ``cuda:N``, kept in the instance dict under
 ``_emulated_device``, where torchdevmagic's scanner reads it without running a property.
+
+This module is the bottom of the emulator: it imports none of the modules that run ops on
+the tensor. Its own methods call them through the ``on_*`` slots below, which each of those
+modules fills when it is imported (``core/__init__.py`` imports them all, so any import of
+the core finds them filled).
 """
 
 from __future__ import annotations
@@ -15,20 +20,27 @@ from typing import Any, Callable, Optional, cast
 
 import torch
 
-from torchdevmagic.emulate import _rules
+from torchdevmagic.emulate.core.errors import unpinned
 
-_CPU = torch.device("cpu")
 _META = torch.device("meta")
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _no_torch_function = torch._C.DisableTorchFunction
 
-# Called with every fresh emulated tensor's CPU tensor (set by the session: memory ledger).
+
+def _unplugged(*args: Any) -> Any:
+    raise RuntimeError("torchdevmagic.emulate.core is only half imported")
+
+
+# Filled by the modules above, at their import:
+on_function: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = _unplugged  # ops.handle
+on_dispatch: Callable[[Any, tuple[Any, ...], dict[str, Any]], Any] = _unplugged  # dispatch.run
+on_grad_leaf: Callable[[Any], None] = _unplugged  # grads.watch: a leaf that requires grad
+on_pickle: Callable[[Any, Any], Any] = _unplugged  # serialize.reduce_emulated
+# Filled by a running session (``fronts/session``) and emptied when it stops: called with
+# every fresh emulated tensor's CPU tensor (the memory ledger's ``add``), and the ledger
+# itself (``cuda/memory.Ledger``), for checks before an allocation.
 on_new_storage: Optional[Callable[[torch.device, torch.Tensor], None]] = None
-# The session's memory ledger (``_memory.Ledger``), for checks before an allocation.
 ledger: Any = None
-# Called with the kwargs of each random op run here, while set (``_function``'s check run).
-on_random: Optional[Callable[[dict[str, Any]], None]] = None
-_SEEDED = torch.Tag.nondeterministic_seeded
 
 
 class EmulatedTensor(torch.Tensor):
@@ -40,6 +52,9 @@ class EmulatedTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, inner: torch.Tensor, device: torch.device, requires_grad: bool = False) -> Any:
+        if requires_grad:
+            inner.requires_grad_(True)  # autograd lives on the CPU tensor
+        grad = inner.requires_grad
         t = _make_wrapper(
             cls,
             inner.size(),
@@ -48,14 +63,13 @@ class EmulatedTensor(torch.Tensor):
             dtype=inner.dtype,
             layout=inner.layout,
             device=_META,
+            requires_grad=grad,  # mirrored: autograd lives on the CPU tensor
         )
         d = t.__dict__
         d["_inner"] = inner
         d["_emulated_device"] = device
-        if requires_grad:
-            inner.requires_grad_(True)  # autograd lives on the CPU tensor
-        if inner.requires_grad:
-            _grads.track(t)
+        if grad and inner.is_leaf:
+            on_grad_leaf(t)  # its gradients fill the wrapper's .grad when made
         return t
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -122,9 +136,7 @@ class EmulatedTensor(torch.Tensor):
     def __reduce_ex__(self, proto: Any) -> Any:
         # Saved as a real CUDA tensor would be: its storages are tagged "cuda:N", so a file
         # saved under emulation needs CUDA (or map_location) to load, as one saved on a GPU.
-        from torchdevmagic.emulate import _serialize
-
-        return _serialize.reduce_emulated(self, proto)
+        return on_pickle(self, proto)
 
     # -- traceable wrapper protocol (nn.Module.to swaps parameters in through it) ----------
     def __tensor_flatten__(self) -> tuple[list[str], Any]:
@@ -142,9 +154,9 @@ class EmulatedTensor(torch.Tensor):
     ) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         try:
-            return _function.handle(func, args, kwargs or {})
+            return on_function(func, args, kwargs or {})
         except _OutOfMemory as exc:
-            raise _memory.unpinned(exc) from None  # CUDA out of memory on the emulated GPU
+            raise unpinned(exc) from None  # CUDA out of memory on the emulated GPU
 
     @classmethod
     def __torch_dispatch__(  # type: ignore[override]
@@ -155,9 +167,9 @@ class EmulatedTensor(torch.Tensor):
         # below dispatch nothing needs them.
         try:
             with _no_torch_function():
-                return run(func, args, kwargs or {})
+                return on_dispatch(func, args, kwargs or {})
         except _OutOfMemory as exc:
-            raise _memory.unpinned(exc) from None  # CUDA out of memory on the emulated GPU
+            raise unpinned(exc) from None  # CUDA out of memory on the emulated GPU
 
 
 def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
@@ -181,90 +193,8 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     d["_inner"] = inner
     d["_emulated_device"] = device
     if grad and inner.is_leaf:  # (an op's result has a grad_fn: not a leaf)
-        _grads.watch(t)  # its gradients fill the wrapper's .grad when made
+        on_grad_leaf(t)  # its gradients fill the wrapper's .grad when made
     return t
-
-
-def _take(x: Any, flat: list[Any], state: list[Any]) -> Any:
-    """The CPU tensor for ``x``; ``state`` = [device, mixed, the other tensors]."""
-    if type(x) is EmulatedTensor:
-        d = x.__dict__
-        dev = d["_emulated_device"]
-        if state[0] is None:
-            state[0] = dev
-        elif dev != state[0]:
-            state[1] = True
-        flat.append(x)
-        return d["_inner"]
-    if isinstance(x, torch.Tensor):
-        state[1] = True
-        state[2].append(x)
-    return x
-
-
-def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Check devices as CUDA would, run ``func`` on the CPU tensors, wrap the results."""
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    if on_random is not None and _SEEDED in func.tags:
-        on_random(kwargs)
-    flat: list[Any] = []
-    state: list[Any] = [None, False, []]  # the first emulated device; mixed; other tensors
-    new_args = [
-        [_take(x, flat, state) for x in a]
-        if type(a) is list or type(a) is tuple
-        else _take(a, flat, state)
-        for a in args
-    ]
-    new_kwargs = kwargs
-    if kwargs:
-        new_kwargs = {k: _take(v, flat, state) for k, v in kwargs.items()}
-        if new_kwargs.get("device") == _META:
-            new_kwargs["device"] = _CPU  # options inherited from our meta outer tensor
-    device = state[0]
-    special = _rules.SPECIAL.get(func)
-    if special is not None:
-        return special(func, args, kwargs, (new_args, new_kwargs), device)
-    if state[1]:
-        redispatch = _rules.check(func, args, kwargs)
-        if redispatch is not None:
-            return redispatch(*args, **kwargs)
-    if device is None:
-        device = _rules.first_emulated_device(args, kwargs)
-    try:
-        out = func(*new_args, **new_kwargs)
-    except NotImplementedError as exc:
-        raise _rules.no_cpu_kernel(func, exc) from None
-    except RuntimeError as exc:
-        raise refused(exc, device) from None
-    return _wrap_out(out, flat, device, state[2])
-
-
-def _wrap_out(out: Any, inputs: list[Any], device: Any, others: list[Any]) -> Any:
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    if isinstance(out, torch.Tensor):
-        for w in inputs:
-            if w.__dict__["_inner"] is out:
-                return w  # in-place and out= ops return their argument
-        for t in others:
-            if t is out:
-                return t  # written into a CPU argument (cpu.bernoulli_(p), out=cpu)
-        return wrap(out, device)
-    if type(out) is tuple or type(out) is list:
-        return type(out)(_wrap_out(o, inputs, device, others) for o in out)
-    return out
-
-
-def refused(exc: BaseException, device: Any) -> BaseException:
-    """CUDA's out-of-memory error where the CPU allocator refused an emulated allocation
-    that does not fit the emulated GPU either; else ``exc`` itself (the CPU has less memory
-    than the emulated GPU: that is the CPU's error to tell)."""
-    nbytes = _memory.cpu_refused(exc)
-    memory = ledger
-    if nbytes and memory is not None and device is not None:
-        error = memory.refusal(device, nbytes)
-        if error is not None:
-            return error  # type: ignore[no-any-return]
-    return exc
 
 
 def inner_of(t: Any) -> Any:
@@ -278,7 +208,5 @@ def device_of(t: torch.Tensor) -> torch.device:
         return cast(torch.device, t.__dict__["_emulated_device"])
     return torch.Tensor.device.__get__(t)
 
-
-from torchdevmagic.emulate import _function, _grads, _memory  # noqa: E402  (they build on this)
 
 _OutOfMemory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError

@@ -23,6 +23,9 @@ from typing import Any, Callable
 
 import torch
 
+from torchdevmagic.emulate.core.hooks import placing
+from torchdevmagic.emulate.core.tensor import EmulatedTensor as _EMU
+
 _no_torch_function = torch._C.DisableTorchFunction
 _device_of = torch.Tensor.device.__get__
 _PINNED: weakref.WeakSet[Any] = weakref.WeakSet()  # the storages of pinned tensors
@@ -102,8 +105,3 @@ def loader_standin(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(data, device)
 
     return pin_memory
-
-
-# (below: _tensor imports _function, which the placement mode builds on)
-from torchdevmagic.emulate._hooks import placing  # noqa: E402
-from torchdevmagic.emulate._tensor import EmulatedTensor as _EMU  # noqa: E402

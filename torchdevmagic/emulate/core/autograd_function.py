@@ -20,8 +20,8 @@ import torch
 from torch.autograd import function as _function_module
 from torch.autograd.function import Function
 
-from torchdevmagic.emulate._hooks import checked_gradients, node_hooks, placing
-from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
+from torchdevmagic.emulate.core.hooks import checked_gradients, node_hooks, placing
+from torchdevmagic.emulate.core.tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
 _local = threading.local()  # .pending: the emulated arguments of the applies running

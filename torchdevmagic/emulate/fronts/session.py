@@ -12,22 +12,21 @@ from typing import Any, Optional
 
 import torch
 
-from torchdevmagic.emulate import (
-    _autocast,
-    _autograd,
-    _grads,
-    _hooks,
-    _parallel,
-    _patches,
-    _pinned,
-    _serialize,
-    _special,
-    _tensor,
-)
-from torchdevmagic.emulate._cuda import MEMORY_NAMES, CudaStandIns
-from torchdevmagic.emulate._memory import Ledger
-from torchdevmagic.emulate._placement import Devices, PlacementMode, swap_standin
-from torchdevmagic.emulate._rules import EmulationUnsupported
+from torchdevmagic.emulate.core import autocast as _autocast
+from torchdevmagic.emulate.core import autograd_function as _autograd
+from torchdevmagic.emulate.core import grads as _grads
+from torchdevmagic.emulate.core import hooks as _hooks
+from torchdevmagic.emulate.core import serialize as _serialize
+from torchdevmagic.emulate.core import tensor as _tensor
+from torchdevmagic.emulate.core.errors import EmulationUnsupported
+from torchdevmagic.emulate.cuda import parallel as _parallel
+from torchdevmagic.emulate.cuda import patches as _patches
+from torchdevmagic.emulate.cuda import pinned as _pinned
+from torchdevmagic.emulate.cuda.autocast import Regions
+from torchdevmagic.emulate.cuda.devices import Devices
+from torchdevmagic.emulate.cuda.memory import Ledger
+from torchdevmagic.emulate.cuda.placement import PlacementMode, swap_standin
+from torchdevmagic.emulate.cuda.standins import MEMORY_NAMES, CudaStandIns
 
 DEFAULT_CAPACITY = 16 << 30  # bytes per emulated GPU, as a 16 GB card
 
@@ -80,7 +79,6 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
         raise EmulationUnsupported(
             "a real CUDA GPU is available here: CUDA emulation is for machines without one"
         )
-    assert _special.aten is not None  # the op table is registered on import
     count = Devices(devices)
     ledger = Ledger(devices, memory)
     cuda = CudaStandIns(count, ledger)
@@ -171,6 +169,7 @@ def _apply(session: Session) -> None:
     _tensor.on_new_storage = session.ledger.add
     _tensor.ledger = session.ledger
     p.call(_clear_hooks)
+    p.set(_hooks, "mode", session.mode)  # hooks the autograd engine calls run in it
     _grads.unpark()  # links to emulated tensors' CPU leaves hold them weakly while it runs
     p.call(_grads.park)
     # A user's autograd Function records its node in the CPU graph of emulated tensors.
@@ -182,10 +181,10 @@ def _apply(session: Session) -> None:
     _serialization(p, session.count)
     _collectives(p, session.cuda.Stream)
     p.set(torch, "compile", _patches.compile_standin(torch.compile))
-    # autocast("cuda") casts as on a GPU: CUDA's policy on the CPU tensors (_autocast).
+    # autocast("cuda") casts as on a GPU: CUDA's policy on the CPU tensors (core/autocast).
     if _autocast.available():
         autocast = torch.amp.autocast_mode.autocast
-        regions = _autocast.Regions(autocast.__dict__["__enter__"], autocast.__dict__["__exit__"])
+        regions = Regions(autocast.__dict__["__enter__"], autocast.__dict__["__exit__"])
         p.call(regions.close)
         p.set(autocast, "__enter__", regions.enter)
         p.set(autocast, "__exit__", regions.exit)

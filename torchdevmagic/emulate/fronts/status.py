@@ -38,7 +38,7 @@ class EmulationStatus(Displayable):
 
 def status() -> EmulationStatus:
     """The emulation state now."""
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     session = _session.active()
     if session is None:

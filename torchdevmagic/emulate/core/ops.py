@@ -22,8 +22,16 @@ from typing import Any, Callable
 
 import torch
 
-from torchdevmagic.emulate import _autocast, _grads, _hooks, _rules, _sizes, _tensor
-from torchdevmagic.emulate._tensor import EmulatedTensor, wrap
+from torchdevmagic.emulate.core import autocast as _autocast
+from torchdevmagic.emulate.core import dispatch as _dispatch
+from torchdevmagic.emulate.core import grads as _grads
+from torchdevmagic.emulate.core import hooks as _hooks
+from torchdevmagic.emulate.core import rules as _rules
+from torchdevmagic.emulate.core import sizes as _sizes
+from torchdevmagic.emulate.core import tensor as _tensor
+from torchdevmagic.emulate.core.moves import move_without_session
+from torchdevmagic.emulate.core.sizes import refused
+from torchdevmagic.emulate.core.tensor import EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
 _Tensor = torch.Tensor
@@ -35,7 +43,7 @@ _tuple_iterator = type(iter(()))
 _swap: Any = getattr(torch.utils, "swap_tensors", None)  # torch's own, before any session
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), torch.dtype, slice})
 # autocast("cuda") regions open (any thread), counted by the session's autocast stand-in
-# (_autocast.Regions): an op outside every region pays this one test, not a call into torch.
+# (cuda/autocast.Regions): an op outside every region pays this one test, not a call into torch.
 autocast_regions = 0
 
 
@@ -111,7 +119,7 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     except NotImplementedError as exc:
         raise _rules.no_cpu_kernel(func, exc) from None
     except RuntimeError as exc:
-        raise _tensor.refused(exc, device) from None
+        raise refused(exc, device) from None
     if type(out) is _Tensor:
         for w in inputs:
             if w.__dict__["_inner"] is out:
@@ -169,7 +177,7 @@ def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
     if not (cast or (_grad_enabled() and (_needs_grad(st[2]) or _needs_grad(st[3])))):
         return usual(func, args, kwargs)  # checks as CUDA does, computes, wraps
     draws = _Draws()  # the check must not draw either: its random ops' generators go back
-    _tensor.on_random = draws.save
+    _dispatch.on_random = draws.save
     try:
         with torch.no_grad():
             if _writes(func, kwargs):  # the check must not write twice
@@ -177,12 +185,12 @@ def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
             else:
                 usual(func, args, kwargs)
     finally:
-        _tensor.on_random = None
+        _dispatch.on_random = None
         draws.restore()
     try:  # a mix CUDA allows: record the graph on the CPU
         out = _autocast.call(func, new[0], new[1], st[3]) if cast else func(*new[0], **new[1])
     except RuntimeError as exc:
-        raise _tensor.refused(exc, st[0]) from None
+        raise refused(exc, st[0]) from None
     return _wrap_out(out, st[2], st[3], st[0])
 
 
@@ -301,9 +309,7 @@ def _restride(func: Any, args: Any, kwargs: Any) -> Any:
 
 def _placement(func: Any, args: Any, kwargs: Any) -> Any:
     # .to()/.cuda()/.cpu() with the placement mode off (tensors kept after stop()).
-    from torchdevmagic.emulate import _placement
-
-    return _placement.move_without_session(func, args, kwargs)
+    return move_without_session(func, args, kwargs)
 
 
 Handler = Callable[[Any, Any, Any], Any]
@@ -325,7 +331,7 @@ for _name in ("__array__", "resize_", "resize_as_", "set_"):
     if _fn is not None:
         SPECIAL[_fn] = usual
 # CUDA's pack_padded_sequence kernel checks lengths and keeps batch_sizes on the CPU:
-# _special's rule for aten::_pack_padded_sequence knows both.
+# dispatch's rule for aten::_pack_padded_sequence knows both.
 SPECIAL[torch._C._VariableFunctions._pack_padded_sequence] = usual
 for _name in (
     "t_",
@@ -339,3 +345,4 @@ for _name in (
     _fn = getattr(_T, _name, None)
     if _fn is not None:
         SPECIAL[_fn] = _restride
+_tensor.on_function = handle

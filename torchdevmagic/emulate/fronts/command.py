@@ -55,7 +55,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def run_script(path: str, script_args: Sequence[str], devices: int, memory: float) -> int:
-    from torchdevmagic.emulate import _session
+    from torchdevmagic.emulate.fronts import session as _session
 
     _session.start(devices, int(memory * (1 << 30)))
     saved_argv, saved_path = sys.argv, list(sys.path)
@@ -78,7 +78,7 @@ def run_script(path: str, script_args: Sequence[str], devices: int, memory: floa
 
 def _explain(exc: BaseException, path: str) -> None:
     from torchdevmagic.diagnosis import diagnose
-    from torchdevmagic.emulate._frames import user_globals
+    from torchdevmagic.emulate.fronts.namespace import user_globals
 
     try:
         diagnosis = diagnose(exc, user_globals(exc))

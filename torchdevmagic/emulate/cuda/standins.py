@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 import torch
 
-from torchdevmagic.emulate._memory import Ledger
-from torchdevmagic.emulate._placement import Devices
+from torchdevmagic.emulate.cuda.devices import Devices, bad_fork
+from torchdevmagic.emulate.cuda.memory import Ledger
 
 # The memory functions, stood in for in torch.cuda and in torch.cuda.memory alike.
 _COUNTS = ("allocation", "active", "segment", "inactive_split")
@@ -43,31 +43,6 @@ MEMORY_NAMES = (
 NAME = "Emulated CUDA GPU (torchdevmagic, runs on CPU)"
 # True on every stand-in whose timings are host-clock: timers check it to say so.
 EMULATED_TIMING = True
-
-
-def invalid_ordinal() -> BaseException:
-    text = "CUDA error: invalid device ordinal\n"
-    if tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 9):
-        text += "GPU device may be out of range, do you have enough GPUs?\n"
-    text += (
-        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
-        "stacktrace below might be incorrect.\nFor debugging consider passing "
-        "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
-        "assertions.\n"
-    )
-    cls = getattr(torch, "AcceleratorError", RuntimeError)
-    error: BaseException = cls(text)
-    return error
-
-
-def bad_fork() -> RuntimeError:
-    """What torch.cuda._lazy_init raises in a fork()ed child of a process that had CUDA
-    initialised (torch/cuda/__init__.py; the C++ fork handler marks the child): a DataLoader
-    worker that moves a batch to the GPU, under the default 'fork' start method."""
-    return RuntimeError(
-        "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
-        "you must use the 'spawn' start method"
-    )
 
 
 @dataclass(frozen=True)

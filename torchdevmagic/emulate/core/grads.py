@@ -1,6 +1,6 @@
-"""The autograd face of an emulated tensor: ``.grad``, ``requires_grad`` (hooks: ``_hooks``).
+"""The autograd face of an emulated tensor: ``.grad``, ``requires_grad`` (hooks: ``hooks``).
 
-Autograd lives on the CPU tensor inside (``_function``): the C++ engine accumulates a
+Autograd lives on the CPU tensor inside (``ops``): the C++ engine accumulates a
 leaf's gradient into the CPU tensor's ``.grad`` and never sees the wrapper. The wrapper's
 own ``.grad`` slot is what C++ and torchdevmagic's scanner read (``TensorBase.grad``, no
 Python), so it holds the CPU gradient wrapped once, as an emulated tensor: ``p.grad is
@@ -18,6 +18,10 @@ import weakref
 from typing import Any
 
 import torch
+
+from torchdevmagic.emulate.core import tensor as _tensor
+from torchdevmagic.emulate.core.tensor import EmulatedTensor as _EMU
+from torchdevmagic.emulate.core.tensor import wrap
 
 _Tensor = torch.Tensor
 _no_torch_function = torch._C.DisableTorchFunction
@@ -145,7 +149,7 @@ def track(t: Any) -> None:
             watch(t)
 
 
-# -- torch function handlers (``_function.SPECIAL``) -------------------------------------
+# -- torch function handlers (``ops.SPECIAL``) -------------------------------------
 def _grad_get(func: Any, args: Any, kwargs: Any) -> Any:
     # The gradient kept in the wrapper's own .grad slot, if it is the CPU tensor's.
     t = args[0]
@@ -216,7 +220,4 @@ HANDLERS = {
     _T.requires_grad_: _requires_grad_set,
     _T.requires_grad.__set__: _requires_grad_set,
 }
-
-# (below: _tensor imports _function, which builds on HANDLERS, whichever is imported first)
-from torchdevmagic.emulate._tensor import EmulatedTensor as _EMU  # noqa: E402
-from torchdevmagic.emulate._tensor import wrap  # noqa: E402
+_tensor.on_grad_leaf = watch

@@ -10,16 +10,17 @@ whose output has at most the input's elements (``clone``, ``contiguous``, ``resh
 skip that when even the bound fits. Elementwise ops with tensors of different shapes are
 sized by their broadcast shape first, and run on ``meta`` only when that bound does not fit.
 Any other op is checked when its result is wrapped, and a CPU allocation refused for more
-than the GPU has free becomes CUDA's error there too.
+than the GPU has free becomes CUDA's error there too (:func:`refused`).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 
-from torchdevmagic.emulate import _tensor
+from torchdevmagic.emulate.core import tensor as _tensor
 
 _META = torch.device("meta")
 _Tensor = torch.Tensor
@@ -275,3 +276,29 @@ def copy_check(x: torch.Tensor, dtype: torch.dtype, device: torch.device) -> Non
         nbytes = x.numel() * dtype.itemsize
         if nbytes > ledger.room(device):
             ledger.fits(device, nbytes)
+
+
+def refused(exc: BaseException, device: Any) -> BaseException:
+    """CUDA's out-of-memory error where the CPU allocator refused an emulated allocation
+    that does not fit the emulated GPU either; else ``exc`` itself (the CPU has less memory
+    than the emulated GPU: that is the CPU's error to tell)."""
+    nbytes = cpu_refused(exc)
+    memory = _tensor.ledger
+    if nbytes and memory is not None and device is not None:
+        error = memory.refusal(device, nbytes)
+        if error is not None:
+            return error  # type: ignore[no-any-return]
+    return exc
+
+
+_CPU_REFUSED = re.compile(
+    r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) "
+)
+
+
+def cpu_refused(exc: BaseException) -> int:
+    """The bytes the CPU allocator refused in ``exc`` (0: not such an error)."""
+    if type(exc) is not RuntimeError:
+        return 0
+    found = _CPU_REFUSED.search(str(exc))
+    return int(found.group(1)) if found else 0

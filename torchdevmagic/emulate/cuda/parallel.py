@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import torch
 
-from torchdevmagic.emulate._placement import to_device
+from torchdevmagic.emulate.core.moves import to_device
 
 
 def _dev(device: Any) -> torch.device:

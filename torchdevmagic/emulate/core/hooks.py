@@ -2,7 +2,7 @@
 emulated tensors, make tensors there with ``device=``, and are checked with torch's words.
 
 The engine runs on the CPU tensors inside emulated ones, so each user hook is put on a CPU
-tensor (or a bridge Function's node, ``_autograd``) behind a wrapper that hands it emulated
+tensor (or a bridge Function's node, ``autograd_function``) behind a wrapper that hands it emulated
 tensors and takes emulated ones back: ``Tensor.register_hook``,
 ``register_post_accumulate_grad_hook``, and the node hooks of a bridge Function, which
 ``nn.Module``'s full backward (pre) hooks use (``torch.utils.hooks.BackwardHook``).
@@ -26,9 +26,15 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from torchdevmagic.emulate.core.grads import _link
+from torchdevmagic.emulate.core.tensor import EmulatedTensor as _EMU
+from torchdevmagic.emulate.core.tensor import inner_of, wrap
+
 _no_torch_function = torch._C.DisableTorchFunction
 _len_modes = torch._C._len_torch_function_stack
 _CPU = torch.device("cpu")
+# The running session's placement mode (set by ``fronts/session`` while it runs).
+mode: Any = None
 
 
 def placing() -> Any:
@@ -37,12 +43,9 @@ def placing() -> Any:
     ``backward()`` call, which came through that very mode (a mode is off while it handles a
     call), so ``torch.zeros(n, device=g.device)`` there would reach the real, absent CUDA
     backend. A user's own mode, if any is on there, stays as it is."""
-    from torchdevmagic.emulate import _session
-
-    active = _session._ACTIVE
-    if active is None or _len_modes():
+    if mode is None or _len_modes():
         return contextlib.nullcontext()
-    return active.mode
+    return mode
 
 
 def _hook_name(hook: Any) -> str:
@@ -163,7 +166,7 @@ def checked_gradients(node: Any, results: tuple[Any, ...]) -> None:
                 )
 
 
-# -- torch function handlers (``_function.SPECIAL``) -------------------------------------
+# -- torch function handlers (``ops.SPECIAL``) -------------------------------------
 def _register_hook(func: Any, args: Any, kwargs: Any) -> Any:
     t, hook = args[0], args[1] if len(args) > 1 else kwargs["hook"]
     device = t.__dict__["_emulated_device"]
@@ -196,11 +199,6 @@ _T: Any = torch.Tensor
 HANDLERS: dict[Any, Callable[[Any, Any, Any], Any]] = {_T.register_hook: _register_hook}
 if hasattr(_T, "register_post_accumulate_grad_hook"):
     HANDLERS[_T.register_post_accumulate_grad_hook] = _register_post_accumulate
-
-# (below: _tensor imports _function, which builds on HANDLERS, whichever is imported first)
-from torchdevmagic.emulate._grads import _link  # noqa: E402
-from torchdevmagic.emulate._tensor import EmulatedTensor as _EMU  # noqa: E402
-from torchdevmagic.emulate._tensor import inner_of, wrap  # noqa: E402
 
 
 def saved_tensors_standin(push: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:

@@ -1,0 +1,7 @@
+"""The ways in: ``start()``/``stop()``/``emulate_cuda()`` (``session``), ``status()`` and the
+``python -m torchdevmagic.emulate`` command. The ``%emulate_cuda`` magic
+(``torchdevmagic/magics/emulate.py``) and the pytest plugin (``emulate/plugin.py``) call
+these.
+
+Imports ``cuda/`` and ``core/``; nothing below imports this layer.
+"""
