@@ -4,7 +4,7 @@ On the emulated GPU (``%emulate_cuda on --memory 1``: real ``torch.OutOfMemoryEr
 CUDA's own text past 1 GiB) each cell fails, the printed fix is run as the user would run it
 on that very state, and the cell then runs. The other forms (cuBLAS/cuDNN allocation
 failures, "CUDA error: out of memory", CUDNN_STATUS_NOT_INITIALIZED) are PyTorch's verbatim
-texts (sources in diagnosis/rules/memory.py), raised where the library would fail: when the
+texts (sources in diagnosis/rules/coded.py), raised where the library would fail: when the
 device is full.
 """
 

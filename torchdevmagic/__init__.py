@@ -30,6 +30,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "TimingResult": ("torchdevmagic.timing", "TimingResult"),
     "diagnose": ("torchdevmagic.diagnosis", "diagnose"),
     "Diagnosis": ("torchdevmagic.diagnosis", "Diagnosis"),
+    "add_rule": ("torchdevmagic.diagnosis", "add_rule"),
     "emulate_cuda": ("torchdevmagic.emulate.fronts.session", "emulate_cuda"),
 }
 

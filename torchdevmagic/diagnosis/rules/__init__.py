@@ -1,20 +1,22 @@
-"""One small named rule per PyTorch error-message shape.
+"""The message rules: one table of named rules over PyTorch's exact texts.
 
-Each rule is a regex over PyTorch's exact text and returns a :class:`Match` (what kind of
-failure, which devices, dtypes and ATen argument the message names) or ``None``. Rules never
-look at user values: that is the culprit finder's job. Each rule module registers its rules
-with its own ``@rule(pattern)`` (:func:`.base.regex_rule`); :data:`RULES` puts the modules
-in one order, and the first rule that matches wins, so the more specific shapes come first.
+Each rule is a regex over the message and gives a :class:`Match` (what kind of failure, which
+devices, dtypes and ATen argument the message names) or ``None``. Rules never look at user
+values: that is the culprit finder's job. Most rules are declarative rows (:mod:`.row`); the
+few whose Match needs code are in :mod:`.coded`; :mod:`.table` puts them all in one order, and
+the first rule that matches wins.
 
-This package is the one entry: importers use ``rules.match_message``, ``rules.Match`` and the
-kinds (``rules.DEVICE_MISMATCH``, ...), never the modules below it.
+:func:`add_rule` lets a library teach the analysis its own message: the rule is tried before
+the built-in ones. This package is the one entry: importers use ``rules.match_message``,
+``rules.Match``, ``rules.add_rule`` and the kinds (``rules.DEVICE_MISMATCH``, ...), never the
+modules below it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Optional
 
-from torchdevmagic.diagnosis.rules import companions, devices, dtypes, memory, op_devices
 from torchdevmagic.diagnosis.rules.base import (
     CUDA_RUNTIME,
     DESERIALIZE,
@@ -22,6 +24,7 @@ from torchdevmagic.diagnosis.rules.base import (
     DEVICE_MISMATCH,
     DTYPE_MISMATCH,
     INVALID_DEVICE,
+    KINDS,
     META_TENSOR,
     NO_CUDA,
     NUMPY_DEVICE,
@@ -31,10 +34,12 @@ from torchdevmagic.diagnosis.rules.base import (
     Rule,
     legacy_type_device,
     norm_device,
+    norm_dtype,
     parse_size,
     strip_wrappers,
 )
-from torchdevmagic.diagnosis.rules.dtypes import norm_dtype
+from torchdevmagic.diagnosis.rules.row import Field, Row
+from torchdevmagic.diagnosis.rules.table import TABLE
 
 __all__ = [
     "CUDA_RUNTIME",
@@ -43,6 +48,7 @@ __all__ = [
     "DEVICE_MISMATCH",
     "DTYPE_MISMATCH",
     "INVALID_DEVICE",
+    "KINDS",
     "MESSAGE_LIMIT",
     "META_TENSOR",
     "NO_CUDA",
@@ -51,7 +57,9 @@ __all__ = [
     "OUT_OF_MEMORY",
     "RULES",
     "Match",
+    "Row",
     "Rule",
+    "add_rule",
     "capped",
     "error_text",
     "legacy_type_device",
@@ -59,22 +67,72 @@ __all__ = [
     "norm_device",
     "norm_dtype",
     "parse_size",
+    "remove_rule",
     "strip_wrappers",
 ]
 
-# The order is part of the behaviour. Device mismatches first (their messages are the most
-# specific); out of memory before the CUDA runtime rules, since "CUDA error: out of memory"
-# and cuBLAS/cuDNN allocation failures are shortages, not driver trouble; the companions
-# (numpy, deserialize, no accelerator, asserts) before the dtype rules; and the catch-all
-# "CUDA error: ..." last, so every specific rule above it wins.
-RULES: list[Rule] = [
-    *devices.RULES,
-    *op_devices.RULES,
-    *memory.RULES,
-    *companions.RULES,
-    *dtypes.RULES,
-    *memory.LAST,
-]
+# The rules in the order they are tried: the added ones (newest last), then the table.
+RULES: list[Rule] = list(TABLE)
+_ADDED: list[Row] = []
+_BUILT_IN = frozenset(r.__name__ for r in TABLE)
+# (pattern.search, rule) for each rule: the loop of match_message, kept in step with RULES.
+_SEARCHES = [(r.pattern.search, r) for r in RULES]
+
+
+def add_rule(
+    pattern: str,
+    kind: str,
+    *,
+    name: str,
+    expected: Field = None,
+    odd: Field = None,
+    argument: Field = None,
+    method: Field = None,
+    devices: Optional[tuple[Field, ...]] = None,
+    details: Optional[Mapping[str, Field]] = None,
+) -> Row:
+    """Teach the analysis one more error message, as one row.
+
+    ``pattern`` is a regex searched in the message; ``kind`` one of :data:`KINDS`
+    (``DEVICE_MISMATCH``, ``DTYPE_MISMATCH``, ...); each field is a group number of the
+    pattern, a literal text, or a tuple of those (the first that is set). The rule is tried
+    before the built-in ones; adding a rule under a name already added replaces it, and a
+    built-in rule's name is refused. A bad row raises ``ValueError`` or ``TypeError`` naming
+    the rule, and nothing is added. Returns the row.
+
+    >>> add_rule(r"mylib: weight on (\\S+) but input on (\\S+)", DEVICE_MISMATCH,
+    ...          name="mylib_device", expected=1, odd=2, argument="input")  # doctest: +SKIP
+    """
+    if name in _BUILT_IN:
+        raise ValueError(f"rule {name!r}: a built-in rule has that name; choose another")
+    row = Row(
+        name,
+        pattern,
+        kind,
+        expected=expected,
+        odd=odd,
+        argument=argument,
+        method=method,
+        devices=devices,
+        details=details,
+    )
+    _ADDED[:] = [r for r in _ADDED if r.__name__ != name] + [row]
+    _order()
+    return row
+
+
+def remove_rule(name: str) -> bool:
+    """Forget the added rule ``name``; False when no added rule has that name."""
+    kept = [r for r in _ADDED if r.__name__ != name]
+    found = len(kept) != len(_ADDED)
+    _ADDED[:] = kept
+    _order()
+    return found
+
+
+def _order() -> None:
+    RULES[:] = [*_ADDED, *TABLE]
+    _SEARCHES[:] = [(r.pattern.search, r) for r in RULES]
 
 
 def error_text(exc: BaseException) -> str:
@@ -108,8 +166,8 @@ def match_message(text: str, limit: Optional[int] = MESSAGE_LIMIT) -> Optional[M
     """The first rule that recognises ``text`` (after stripping wrapper headers). Reads at most
     ``limit`` characters (``None``: all of it, for the linearity test)."""
     text = strip_wrappers(text if limit is None else capped(text, limit))
-    for r in RULES:
-        found = r(text)
-        if found is not None:
-            return found
+    for search, r in _SEARCHES:
+        m = search(text)
+        if m is not None:
+            return r.build(m)
     return None

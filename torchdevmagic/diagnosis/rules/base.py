@@ -1,6 +1,7 @@
 """The rules' machinery: the kinds of failure, the :class:`Match` a rule returns, the
-``@rule(pattern)`` decorator each rule module registers with, and the normalisers that turn
-PyTorch's many spellings of a device or size into one (dtypes: :mod:`.dtypes`)."""
+:class:`Rule` every entry of the table is (a declarative row, :mod:`.row`, or a function,
+:func:`coded`), and the normalisers that turn PyTorch's many spellings of a device, dtype or
+size into one."""
 
 from __future__ import annotations
 
@@ -20,6 +21,21 @@ CUDA_RUNTIME = "cuda_runtime"
 META_TENSOR = "meta_tensor"
 INVALID_DEVICE = "invalid_device"
 
+# Every kind the analysis explains; a rule must give one of these.
+KINDS = (
+    DEVICE_MISMATCH,
+    DTYPE_MISMATCH,
+    NUMPY_DEVICE,
+    NUMPY_GRAD,
+    DESERIALIZE,
+    NO_CUDA,
+    OUT_OF_MEMORY,
+    DEVICE_ASSERT,
+    CUDA_RUNTIME,
+    META_TENSOR,
+    INVALID_DEVICE,
+)
+
 
 @dataclass(frozen=True)
 class Match:
@@ -28,7 +44,7 @@ class Match:
 
     kind: str
     rule: str
-    devices: tuple[str, ...] = ()  # every device the message names, in message order
+    devices: tuple[str, ...] = ()  # every device the message names
     expected: Optional[str] = None  # device/dtype the others are on (what the op expected)
     odd: Optional[str] = None  # device/dtype of the argument the message names
     argument: Optional[str] = None  # ATen argument name: mat1, index, weight, hidden, ...
@@ -37,32 +53,50 @@ class Match:
     details: dict[str, str] = field(default_factory=dict)
 
 
-Rule = Callable[[str], Optional[Match]]
+class Rule:
+    """One entry of the table: a compiled ``pattern`` searched in the message, and
+    :meth:`build`, which turns a hit into a :class:`Match`. ``__name__`` is the rule's name,
+    the ``rule`` of the Match it builds."""
+
+    def __init__(self, name: str, pattern: re.Pattern[str]):
+        self.__name__ = name
+        self.pattern = pattern
+
+    def build(self, m: re.Match[str]) -> Match:
+        raise NotImplementedError
+
+    def __call__(self, text: str) -> Optional[Match]:
+        m = self.pattern.search(text)
+        return self.build(m) if m else None
+
+    def __repr__(self) -> str:
+        return f"<rule {self.__name__}: {self.pattern.pattern!r}>"
+
+
 Builder = Callable[[re.Match[str]], Match]
 
 
-def regex_rule(into: list[Rule]) -> Callable[[str], Callable[[Builder], Rule]]:
-    """A ``@rule(pattern)`` decorator for one rule module: the decorated function receives the
-    regex match and builds the Match; the rule is appended to ``into`` (the module's rules, in
-    file order: the first rule that matches wins)."""
+class Coded(Rule):
+    """A rule whose Match needs code (a choice between kinds, a count, a computed device):
+    the function receives the regex hit."""
 
-    def rule(pattern: str) -> Callable[[Builder], Rule]:
-        compiled = re.compile(pattern)
+    def __init__(self, name: str, pattern: re.Pattern[str], build: Builder):
+        super().__init__(name, pattern)
+        self._build = build
+        self.__doc__ = build.__doc__
 
-        def wrap(build: Builder) -> Rule:
-            def run(text: str) -> Optional[Match]:
-                m = compiled.search(text)
-                return build(m) if m else None
+    def build(self, m: re.Match[str]) -> Match:
+        return self._build(m)
 
-            run.__name__ = build.__name__
-            run.__doc__ = build.__doc__
-            run.pattern = compiled  # type: ignore[attr-defined]
-            into.append(run)
-            return run
 
-        return wrap
+def coded(pattern: str) -> Callable[[Builder], Coded]:
+    """``@coded(pattern)``: the decorated function, named after the rule, builds the Match
+    from the regex hit."""
 
-    return rule
+    def wrap(build: Builder) -> Coded:
+        return Coded(build.__name__, re.compile(pattern), build)
+
+    return wrap
 
 
 def make(kind: str, name: str, **kw: object) -> Match:
@@ -130,3 +164,42 @@ def parse_size(text: str) -> Optional[int]:
     if m is None:
         return None
     return int(float(m.group(1)) * 1024 ** _UNIT[m.group(2)[0]])
+
+
+_SCALAR_TYPES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+    "char": "int8",
+    "byte": "uint8",
+    "bool": "bool",
+    "long int": "int64",
+    "complexfloat": "complex64",
+    "complexdouble": "complex128",
+}
+
+
+def norm_dtype(text: str) -> str:
+    """``Half``, ``c10::Half``, ``struct c10::Half``, ``torch.float16``, ``HalfTensor`` ->
+    ``float16``."""
+    t = text.strip().strip("'\"")
+    t = t.replace("struct ", "").replace("c10::", "").replace("torch.", "")
+    t = t.replace("cuda.", "")
+    if t.endswith("Tensor"):
+        t = t[: -len("Tensor")]
+    if t.startswith("CPU") and t.endswith("Type"):  # CPUBFloat16Type
+        t = t[3:-4]
+    low = t.lower()
+    return _SCALAR_TYPES.get(low, low)
+
+
+def dtype_match(name: str, expected: str, odd: str, argument: Optional[str] = None) -> Match:
+    """A dtype mismatch: ``odd`` where ``expected`` was wanted (dtypes: odd first)."""
+    exp, got = norm_dtype(expected), norm_dtype(odd)
+    return make(
+        DTYPE_MISMATCH, name, dtypes=unique(got, exp), expected=exp, odd=got, argument=argument
+    )
