@@ -1,18 +1,24 @@
 """A mistake at a front door is one clear line naming that door, never silence or a
 traceback: a mistyped option names the magic and the option meant; ``%devcheck -o`` with
 nothing to return says so; ``--free Out[N]`` for an output that never existed says there is
-none; out-of-range sizes for the emulated GPU give the range; the Python API names the
-parameter and what it takes.
+none; out-of-range sizes for the emulated GPU give the range; the command line's script
+arguments are optional; the Python API names the parameter and what it takes.
 
-Magics through a real shell (``run_cell``: what the user sees)."""
+Magics through a real shell (``run_cell``: what the user sees), the command in its own
+process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def refused(shell: Any, cell: str) -> str:
@@ -133,6 +139,42 @@ def test_emulate_the_ends_of_the_range_work(shell: Any) -> None:
         assert session is not None and session.count == 128
     finally:
         shell.run_cell("%emulate_cuda off")
+
+
+def command(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "torchdevmagic.emulate", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_command_without_arguments_asks_for_a_script_not_its_arguments() -> None:
+    done = command()
+    assert done.returncode == 2
+    assert "required" not in done.stderr
+    assert "give a script.py (and its arguments, if any) or a notebook.ipynb" in done.stderr
+    assert done.stderr.startswith("usage: python -m torchdevmagic.emulate")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--devices", "70000"), "--devices takes a whole number from 1 to 128, not 70000"),
+        (("--memory", "nan"), "--memory takes GiB per GPU, a number from 0.001"),
+        (("--memory", "inf"), "not inf"),
+    ],
+)
+def test_the_command_refuses_sizes_out_of_range(tmp_path: Path, args: Any, words: str) -> None:
+    script = tmp_path / "s.py"
+    script.write_text("print('ran')\n", encoding="utf-8")
+    done = command(*args, str(script))
+    assert done.returncode == 2 and words in done.stderr
+    assert "Traceback" not in done.stderr and "ran" not in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -8,15 +8,17 @@ from typing import Any, Optional
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
+# the command's ranges (that module imports no torch)
+from torchdevmagic.emulate.fronts.command import (
+    MAX_DEVICES,
+    MAX_GIB,
+    MIN_GIB,
+    devices_range,
+    memory_range,
+)
 from torchdevmagic.magics._args import argument, magic_arguments, parse, refuse_combined
 
 ACTIONS = ("on", "off", "status")
-
-
-# torch numbers CUDA devices with an 8-bit index: cuda:0 to cuda:127.
-MAX_DEVICES = 128
-# GiB per emulated GPU: from about a MiB (a test of an out-of-memory path) to a PiB.
-MIN_GIB, MAX_GIB = 0.001, float(1 << 20)
 
 
 def _devices(value: str) -> int:
@@ -26,9 +28,7 @@ def _devices(value: str) -> int:
     except ValueError:
         number = 0
     if not 1 <= number <= MAX_DEVICES:
-        raise UsageError(
-            f"%emulate_cuda: --devices takes a whole number from 1 to {MAX_DEVICES}, not {value!r}"
-        )
+        raise UsageError(f"%emulate_cuda: {devices_range(repr(value))}")
     return number
 
 
@@ -40,10 +40,7 @@ def _memory(value: str) -> float:
     except ValueError:
         number = math.nan
     if not MIN_GIB <= number <= MAX_GIB:  # False for nan
-        raise UsageError(
-            f"%emulate_cuda: --memory takes GiB per GPU, a number from {MIN_GIB:g} to "
-            f"{MAX_GIB:.0f} (1 PiB), not {value!r}"
-        )
+        raise UsageError(f"%emulate_cuda: {memory_range(repr(value))}")
     return number
 
 

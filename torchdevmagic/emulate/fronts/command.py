@@ -23,6 +23,24 @@ from typing import Any, Optional
 USAGE = (
     "python -m torchdevmagic.emulate [--devices N] [--memory GiB] script.py [args] | notebook.ipynb"
 )
+# torch numbers CUDA devices with an 8-bit index: cuda:0 to cuda:127.
+MAX_DEVICES = 128
+# GiB per emulated GPU: from about a MiB (a test of an out-of-memory path) to a PiB.
+MIN_GIB, MAX_GIB = 0.001, float(1 << 20)
+
+
+def devices_range(given: object) -> str:
+    """What ``--devices`` takes, for the command's and the magic's errors."""
+    return f"--devices takes a whole number from 1 to {MAX_DEVICES}, not {given}"
+
+
+def memory_range(given: object) -> str:
+    return (
+        f"--memory takes GiB per GPU, a number from {MIN_GIB:g} to {MAX_GIB:.0f} (1 PiB), "
+        f"not {given}"
+    )
+
+
 _PROBE = (
     "import json as _tdm_json\n"
     "_tdm_d = get_ipython().run_line_magic('devcheck', '-o')\n"
@@ -37,11 +55,16 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--devices", type=int, default=1, help="emulated GPUs (default 1)")
     parser.add_argument("--memory", type=float, default=16.0, help="GiB per GPU (default 16)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per notebook cell")
-    parser.add_argument("target", help="a .py script or an .ipynb notebook")
+    # optional to argparse, so that its error does not call the script's arguments required
+    parser.add_argument("target", nargs="?", help="a .py script or an .ipynb notebook")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     args = parser.parse_args(argv)
-    if args.devices < 1:
-        parser.error("--devices must be at least 1")
+    if args.target is None:
+        parser.error("give a script.py (and its arguments, if any) or a notebook.ipynb to run")
+    if not 1 <= args.devices <= MAX_DEVICES:
+        parser.error(devices_range(args.devices))
+    if not MIN_GIB <= args.memory <= MAX_GIB:  # False for nan
+        parser.error(memory_range(f"{args.memory:g}"))
     if not Path(args.target).is_file():
         parser.error(f"no such file: {args.target}")
     return args
