@@ -10,6 +10,10 @@ variable.set_data(tensor), but variable and tensor have incompatible tensor type
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,3 +97,91 @@ def test_data_of_a_kept_tensor_set_to_a_cpu_tensor() -> None:
     assert type(t) is torch.Tensor and t.device.type == "cpu" and t.requires_grad
     assert t.tolist() == [0.0] * 5
     assert type(p) is torch.nn.Parameter and p.tolist() == [3.0, 3.0]
+
+
+# -- %emulate_cuda off leaves torch as it was -----------------------------------------------
+# In a fresh process: the first session of a process is the one that used to leave a copy
+# behind (torch.backends.cudnn is a module object over the real module, whose attributes it
+# reaches through __getattr__: a patch undone by setattr stayed in its own namespace).
+SNAPSHOT = """\
+import sys, torch
+import torch.amp.autocast_mode, torch.distributed, torch.nn.parallel._functions
+import torch.nn.parallel.comm, torch.optim.optimizer, torch.serialization
+import torch.utils._foreach_utils, torch.utils.data._utils.pin_memory
+from IPython.core.interactiveshell import InteractiveShell
+
+OBJECTS = {
+    "torch": torch, "torch.cuda": torch.cuda, "torch.cuda.memory": torch.cuda.memory,
+    "torch.backends.cuda": torch.backends.cuda, "torch.backends.cudnn": torch.backends.cudnn,
+    "torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
+    "torch.nn.Module": torch.nn.Module, "torch.nn.Parameter": torch.nn.Parameter,
+    "torch.autograd.Function": torch.autograd.Function, "torch._C": torch._C,
+    "torch._C._autograd": torch._C._autograd, "torch._utils": torch._utils,
+    "torch.utils": torch.utils, "autocast": torch.amp.autocast_mode.autocast,
+    "torch.serialization": torch.serialization, "torch.distributed": torch.distributed,
+    "comm": torch.nn.parallel.comm, "functions": torch.nn.parallel._functions,
+    "data_parallel": sys.modules["torch.nn.parallel.data_parallel"],
+    "optimizer": sys.modules["torch.optim.optimizer"],
+    "foreach": torch.utils._foreach_utils, "pin": torch.utils.data._utils.pin_memory,
+}
+if hasattr(torch, "accelerator"):
+    OBJECTS["torch.accelerator"] = torch.accelerator
+
+
+def snapshot():
+    # what each object holds itself; a submodule imported meanwhile (an attribute naming a
+    # module) and pickle's __slotnames__ cache are imports and caches, not patches
+    snap = {}
+    for label, obj in OBJECTS.items():
+        for key, value in list(vars(obj).items()):
+            if type(value) is type(sys) or key == "__slotnames__":
+                continue
+            snap[f"{label}.{key}"] = id(value)
+            if type(value) is list:
+                snap[f"{label}.{key}[]"] = [id(v) for v in value]
+    return snap
+
+
+WORK = (
+    "model = torch.nn.Linear(4, 4).to(DEVICE)\\n"
+    "rnn = torch.nn.LSTM(4, 4).to(DEVICE)\\n"
+    "opt = torch.optim.AdamW([*model.parameters(), *rnn.parameters()])\\n"
+    "with torch.autocast(DEVICE):\\n"
+    "    out = model(torch.randn(3, 2, 4, device=DEVICE))\\n"
+    "out, _ = rnn(out.float())\\n"
+    "out.sum().backward()\\n"
+    "opt.step()\\n"
+    "import io; buffer = io.BytesIO(); torch.save(model.state_dict(), buffer)\\n"
+    "buffer.seek(0); state = torch.load(buffer)\\n"
+    "pinned = torch.ones(2).to(DEVICE).cpu()"
+)
+shell = InteractiveShell.instance()
+shell.run_line_magic("load_ext", "torchdevmagic")
+# The same work on the CPU first: what torch imports and caches on first use is in place.
+for cell in ["import torch\\nDEVICE = 'cpu'", WORK]:
+    assert shell.run_cell(cell).error_in_exec is None, cell
+before = snapshot()
+for cell in ["%emulate_cuda on", "DEVICE = 'cuda'", WORK, "%emulate_cuda off"]:
+    result = shell.run_cell(cell)
+    assert result.error_in_exec is None, (cell, result.error_in_exec)
+after = snapshot()
+changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+print("CHANGED", changed)
+"""
+
+
+def test_off_leaves_every_patched_attribute_as_it_was(tmp_path: Any) -> None:
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root))
+    script = tmp_path / "snapshot.py"
+    script.write_text(SNAPSHOT, encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "CHANGED []" in out.stdout, out.stdout

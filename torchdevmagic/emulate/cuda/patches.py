@@ -20,8 +20,17 @@ class Patcher:
         self._undo: list[Callable[[], None]] = []
 
     def set(self, obj: Any, name: str, value: Any) -> None:
-        old = obj.__dict__.get(name, _MISSING) if hasattr(obj, "__dict__") else _MISSING
-        if old is _MISSING and hasattr(obj, name):
+        """``setattr(obj, name, value)`` until :meth:`undo`, which leaves ``obj``'s own
+        namespace as it found it. An attribute ``obj`` only reaches (a class's, a base's, or
+        through a module object's ``__getattr__``: ``torch.backends.cudnn`` is such an object
+        over the real module) is set on ``obj`` and deleted again, so that it is reached as
+        before rather than kept as a copy."""
+        own = _own_namespace(obj)
+        if own is not None and name in own:
+            old = own[name]
+        elif own is not None or not hasattr(obj, name):
+            old = _MISSING
+        else:  # no namespace of its own to leave as it was: the value it answered
             old = getattr(obj, name)
         setattr(obj, name, value)
 
@@ -49,6 +58,14 @@ class Patcher:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+def _own_namespace(obj: Any) -> Any:
+    """``vars(obj)`` (a class's mappingproxy too), or ``None`` for an object without one."""
+    try:
+        return vars(obj)
+    except TypeError:
+        return None
 
 
 def unsupported(what: str) -> Callable[..., Any]:
