@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdevmagic.render.findings import finding_fix
+
 
 def finding_fix_runs(shell: Any, code: str, fix: str) -> tuple[Any, str]:
     """``%devices -o`` has one finding ``code``; its fix is ``fix``, and running it works.
@@ -13,8 +15,8 @@ def finding_fix_runs(shell: Any, code: str, fix: str) -> tuple[Any, str]:
     found = [f for f in report.findings if f.code == code]
     assert len(found) == 1, report
     finding = found[0]
-    assert finding.fix == fix, finding.fix
-    assert shell.run_cell(finding.fix).error_in_exec is None, finding.fix
+    assert finding_fix(finding) == fix, finding_fix(finding)
+    assert shell.run_cell(finding_fix(finding)).error_in_exec is None, finding_fix(finding)
     return finding, str(report)
 
 

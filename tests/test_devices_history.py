@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from torchdevmagic.api import scan
+from torchdevmagic.render.findings import finding_fix
 
 
 def run(shell: Any, code: str) -> Any:
@@ -68,8 +69,9 @@ def test_fix_for_a_history_result_runs_where_it_is_printed(shell: Any) -> None:
     report = shell.run_line_magic("devices", "-a -o")
     (finding,) = [f for f in report.findings if f.code == "plain_tensor_attribute"]
     assert finding.path == f"Out[{n}].mean"
-    assert finding.fix == f"Out[{n}].register_buffer('mean', Out[{n}].__dict__.pop('mean'))"
-    run(shell, finding.fix)
+    fix = finding_fix(finding)
+    assert fix == f"Out[{n}].register_buffer('mean', Out[{n}].__dict__.pop('mean'))"
+    run(shell, fix)
     assert "mean" in shell.user_ns["Out"][n]._buffers
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
+from torchdevmagic.render import devices as words
 from torchdevmagic.report import DevicesReport
 
 SETUP = """
@@ -59,7 +60,7 @@ def test_device_filter_sort_and_top(shell: Any) -> None:
     by_name = run(shell, "%devices --sort name -o").rows
     assert [r.path for r in by_name] == sorted(r.path for r in by_name)
     top = run(shell, "%devices --top 1 -o")
-    assert top.shown_rows()[1] == len(top.rows) - 1
+    assert words.shown_rows(top)[1] == len(top.rows) - 1
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from _fixrun import fails_then_fixed, finding_fix_runs, has_finding  # noqa: E40
 from test_devcheck_real_fixes import VARIANTS  # noqa: E402
 
 from torchdevmagic.emulate.fronts import session as _session  # noqa: E402
+from torchdevmagic.render.findings import finding_fix  # noqa: E402
 
 
 @pytest.fixture
@@ -275,7 +276,7 @@ def test_devices_optimizer_state_fix_keeps_the_state(emu: Any) -> None:
         emu, "optimizer_state_device", "opt.load_state_dict(opt.state_dict())"
     )
     lines = text.splitlines()
-    i = lines.index(f"    fix: {finding.fix}")
+    i = lines.index(f"    fix: {finding_fix(finding)}")
     assert lines[i + 1].strip().startswith("load_state_dict moves each state tensor")
     state = emu.user_ns["opt"].state
     after = [s["momentum_buffer"] for s in state.values()]

@@ -12,6 +12,8 @@ torch = pytest.importorskip("torch")
 
 from _fixrun import finding_fix_runs, has_finding  # noqa: E402
 
+from torchdevmagic.render.findings import finding_fix, finding_message  # noqa: E402
+
 # huggingface/transformers#30703: a model built on the meta device, a checkpoint loaded with
 # assign=True that lacks one part; .to() then fails with "Cannot copy out of meta tensor".
 # Here the checkpoint lacks lm_head (tied or saved apart in the report).
@@ -42,7 +44,7 @@ def test_split_model_fix_empties_only_the_meta_part(shell: Any) -> None:
     finding, text = finding_fix_runs(
         shell, "split_module", "m.lm_head.to_empty(device='cpu', recurse=False)"
     )
-    assert f"    fix: {finding.fix}" in text.splitlines()
+    assert f"    fix: {finding_fix(finding)}" in text.splitlines()
     assert "then load or re-initialise m.lm_head and make any optimizer again" in text
     m = shell.user_ns["m"]
     assert all(torch.equal(m.state_dict()[k], v) for k, v in trained.items())  # kept
@@ -137,8 +139,8 @@ def test_a_distribution_on_a_module_is_named_and_its_fix_moves_it(shell: Any) ->
     assert shell.run_cell(VAE_PRIOR).error_in_exec is None
     report = shell.run_line_magic("devices", "-o")
     (note,) = [f for f in report.findings if f.code == "distribution_attribute"]
-    assert note.severity == "note" and note.fix is None
-    assert note.message == (
+    assert note.severity == "note" and finding_fix(note) is None
+    assert finding_message(note) == (
         "model.prior is a MultivariateNormal (cpu): model.to() will leave its tensors behind "
         "(no Module)"
     )

@@ -14,6 +14,7 @@ from torch import nn
 from torchdevmagic import scan
 from torchdevmagic.records import ModuleParts
 from torchdevmagic.render.devices import row_cells
+from torchdevmagic.render.findings import finding_fix, finding_message
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -126,16 +127,16 @@ def test_plain_attribute_of_a_split_module_says_split_across(shell: Any) -> None
     model.extra = torch.zeros(2, device="meta")
     report = scan({"model": model}, gpus=False)
     (attr,) = [f for f in report.findings if f.code == "plain_tensor_attribute"]
-    assert "while model is split across cpu/meta;" in attr.message
-    assert " is on cpu" not in attr.message
+    assert "while model is split across cpu/meta;" in finding_message(attr)
+    assert " is on cpu" not in finding_message(attr)
     (split,) = [f for f in report.findings if f.code == "split_module"]
-    assert split.message == (
+    assert finding_message(split) == (
         "model is split across cpu/meta: model[1].weight, model[1].bias on meta, the rest on cpu"
     )
     # The fix it prints runs, and afterwards the attribute is a buffer.
-    assert attr.fix is not None
+    assert finding_fix(attr) is not None
     shell.user_ns.update(model=model, torch=torch)
-    result = shell.run_cell(attr.fix)
+    result = shell.run_cell(finding_fix(attr))
     assert result.success and "extra" in dict(model.named_buffers())
 
 

@@ -21,6 +21,8 @@ from torch import nn
 
 from torchdevmagic import scan
 from torchdevmagic.records import to_plain
+from torchdevmagic.render import devices as words
+from torchdevmagic.render.findings import finding_fix, finding_message
 from torchdevmagic.report import DevicesReport
 
 
@@ -113,10 +115,12 @@ def test_split_module_is_a_finding_naming_the_odd_parameters() -> None:
     report = run_scan({"model": model})
     assert report.row("model").device == "mixed"
     (finding,) = [f for f in report.findings if f.code == "split_module"]
-    assert "model[1].weight" in finding.message and "model[1].bias" in finding.message
-    assert finding.message.startswith("model is split across cpu/meta: model[1].weight")
-    assert finding.message.endswith("on meta, the rest on cpu")
-    assert finding.fix == "model[1].to_empty(device='cpu', recurse=False)"
+    assert "model[1].weight" in finding_message(finding) and "model[1].bias" in finding_message(
+        finding
+    )
+    assert finding_message(finding).startswith("model is split across cpu/meta: model[1].weight")
+    assert finding_message(finding).endswith("on meta, the rest on cpu")
+    assert finding_fix(finding) == "model[1].to_empty(device='cpu', recurse=False)"
 
 
 @pytest.mark.fake_cuda
@@ -128,8 +132,10 @@ def test_split_across_real_devices_moves_everything_to_the_gpu() -> None:
     with FakeTensorMode(allow_non_fake_inputs=True):
         model[0].weight = nn.Parameter(torch.empty(8, 4, device="cuda"))
     (finding,) = [f for f in run_scan({"model": model}).findings if f.code == "split_module"]
-    assert finding.fix == "model.to('cuda:0')"
-    assert "model[0].bias" in finding.message and "model[1].weight" in finding.message
+    assert finding_fix(finding) == "model.to('cuda:0')"
+    assert "model[0].bias" in finding_message(finding) and "model[1].weight" in finding_message(
+        finding
+    )
 
 
 def test_plain_tensor_attribute_is_named_with_register_buffer() -> None:
@@ -143,8 +149,8 @@ def test_plain_tensor_attribute_is_named_with_register_buffer() -> None:
     (finding,) = [f for f in report.findings if f.code == "plain_tensor_attribute"]
     assert finding.path == "net.pos"
     assert finding.severity == "warning"  # cpu while the module is on meta
-    assert "register_buffer" in finding.message
-    assert finding.fix == "net.register_buffer('pos', net.__dict__.pop('pos'))"
+    assert "register_buffer" in finding_message(finding)
+    assert finding_fix(finding) == "net.register_buffer('pos', net.__dict__.pop('pos'))"
     net = WithPos("cpu")
     (same,) = [f for f in run_scan({"net": net}).findings if f.code == "plain_tensor_attribute"]
     assert same.severity == "note"
@@ -291,7 +297,9 @@ def test_optimizer_state_is_counted_and_checked_against_its_parameters() -> None
     state["exp_avg"] = state["exp_avg"].to("meta")
     report = run_scan({"model": model, "opt": opt})
     (finding,) = [f for f in report.findings if f.code == "optimizer_state_device"]
-    assert "opt.state[model.weight]['exp_avg'] on meta (parameter on cpu)" in finding.message
+    assert "opt.state[model.weight]['exp_avg'] on meta (parameter on cpu)" in finding_message(
+        finding
+    )
 
 
 def test_grad_tensor_on_cpu_while_model_is_elsewhere() -> None:
@@ -313,8 +321,8 @@ def test_grad_tensor_on_cpu_while_model_is_on_a_gpu() -> None:
     report = run_scan(ns)
     assert report.row("model").device == "cuda:0"
     (finding,) = [f for f in report.findings if f.code == "grad_tensor_on_cpu"]
-    assert finding.message == "w requires grad on cpu while the model is on cuda:0"
-    assert finding.fix == "w = w.detach().to('cuda:0').requires_grad_()"
+    assert finding_message(finding) == "w requires grad on cpu while the model is on cuda:0"
+    assert finding_fix(finding) == "w = w.detach().to('cuda:0').requires_grad_()"
 
 
 def test_totals_add_tensor_rows_and_module_and_optimizer_breakdowns() -> None:
@@ -350,7 +358,7 @@ def test_an_optimizer_of_a_split_model_adds_no_mixed_device_to_the_totals() -> N
     report = run_scan({"model": model, "opt": torch.optim.AdamW(model.parameters())})
     assert report.row("opt").device == "mixed"  # its row still says where its parameters are
     assert list(report.totals()) == ["cpu", "meta"]
-    assert report.totals_line() == "Total: cpu 785 KiB · meta 0 B  (2 rows)"
+    assert words.totals_line(report) == "Total: cpu 785 KiB · meta 0 B  (2 rows)"
 
 
 def test_totals_are_a_copy() -> None:
@@ -434,7 +442,7 @@ def test_modules_of_torch_before_2_5_are_read_like_current_ones() -> None:
     assert old.findings == current.findings
     row = old.row("model")
     assert row.note == "8 tensors"  # 2 + 2 + 1 parameters, 3 BatchNorm buffers
-    assert "model[1].weight" in old.findings[0].message
+    assert "model[1].weight" in finding_message(old.findings[0])
 
 
 def _boom(self: Any, *args: Any) -> Any:

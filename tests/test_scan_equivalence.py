@@ -26,6 +26,7 @@ from torch import nn
 from torchdevmagic import report as report_module
 from torchdevmagic import scan
 from torchdevmagic.records import Row, RowTable
+from torchdevmagic.render import devices as words
 from torchdevmagic.report import DevicesReport
 from torchdevmagic.safe import batch, containers
 from torchdevmagic.scanning import ledger, walker
@@ -202,7 +203,7 @@ def test_rows_and_totals_follow_their_rules(
     if sort == "device":
         rows.sort(key=lambda r: _device_rank(r.device))
     assert report.rows == tuple(rows)
-    assert report.shown_rows()[0] == rows[:30]
+    assert words.shown_rows(report)[0] == rows[:30]
     totals: dict[str, int] = {}
     for r in rows:
         for d, b in [(s.device, s.nbytes) for s in r.breakdown] or [(r.device, r.nbytes)]:

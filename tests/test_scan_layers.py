@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from torchdevmagic import scan
+from torchdevmagic.render import devices as words
+from torchdevmagic.render.findings import finding_fix, finding_message
 from torchdevmagic.report import DevicesReport
 
 
@@ -37,7 +39,7 @@ def test_holder_search_leaves_the_scan_statistics_alone() -> None:
     assert with_gpu.gpus and with_gpu.gpus[0].unnamed_bytes  # the search did run
     assert any(h.kind == "output_history" for h in with_gpu.holders)
     assert with_gpu.stats == without.stats
-    assert not with_gpu.footer_lines(0)
+    assert not words.footer_lines(with_gpu.stats, 0, with_gpu.made_by)
     assert "Out[3]" not in str(with_gpu) and "not inspected" not in str(with_gpu)
 
 
@@ -47,7 +49,7 @@ def test_findings_are_data_and_render_owns_the_words() -> None:
     assert finding.code == "split_module" and finding.target == "cpu"
     assert [m.path for m in finding.members] == ["model[1].weight", "model[1].bias"]
     assert {s.device for s in finding.shares} == {"cpu", "meta"}
-    assert "model[1].weight" in finding.message  # written by render/findings.py
+    assert "model[1].weight" in finding_message(finding)  # written by render/findings.py
     plain = scan({"model": model}, gpus=False).to_dict()["findings"][0]
     assert plain["code"] == "split_module"
     assert plain["fix"] == "model[1].to_empty(device='cpu', recurse=False)"
@@ -71,10 +73,10 @@ def test_plain_attribute_fix_runs_in_the_shell_and_then_moves(shell: Any) -> Non
     assert shell.run_cell(NORM).error_in_exec is None
     report = shell.run_cell("%devices -o").result
     (finding,) = [f for f in report.findings if f.code == "plain_tensor_attribute"]
-    assert finding.fix == "norm.register_buffer('mean', norm.__dict__.pop('mean'))"
-    assert "self.register_buffer('mean', ...) in its __init__" in finding.message
-    assert f"fix: {finding.fix}" in str(report)
-    result = shell.run_cell(finding.fix)
+    assert finding_fix(finding) == "norm.register_buffer('mean', norm.__dict__.pop('mean'))"
+    assert "self.register_buffer('mean', ...) in its __init__" in finding_message(finding)
+    assert f"fix: {finding_fix(finding)}" in str(report)
+    result = shell.run_cell(finding_fix(finding))
     assert result.error_in_exec is None, result.error_in_exec
     moved = shell.run_cell("norm.to('meta'); norm.mean.device.type").result
     assert moved == "meta"

@@ -12,52 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from torchdevmagic._device import device_sort_key
 from torchdevmagic._display import Displayable
-from torchdevmagic.records import Row, RowChange, TotalChange, to_plain
+from torchdevmagic.records import Diff, Report, Row, RowChange, TotalChange, to_plain
 from torchdevmagic.render import blocks
-from torchdevmagic.render import diff as words
-
-if TYPE_CHECKING:
-    from torchdevmagic.report import DevicesReport
-
-#: The kinds of :class:`~torchdevmagic.records.RowChange`, in the order a summary names them.
-CHANGES = ("new", "freed", "grown", "shrunk", "moved")
+from torchdevmagic.render.diff import diff_blocks
 
 
 @dataclass(frozen=True)
-class DevicesDiff(Displayable):
-    """The changes between an earlier and a later report, biggest change first.
-
-    ``compared`` is False when there was nothing to compare with (the first ``%devices
-    --diff`` in a kernel): then ``report`` is the later report, shown whole.
-    """
-
-    changes: tuple[RowChange, ...]
-    totals: tuple[TotalChange, ...]  # every device either report names, in device order
-    unchanged: int = 0  # rows present in both, alike
-    compared: bool = True
-    report: Optional[DevicesReport] = None
-    filters: tuple[Optional[str], Optional[str]] = (None, None)  # device filter, before/after
-    hidden: tuple[bool, bool] = (False, False)  # -a (private names, Out[n]), before/after
-    top: Optional[int] = None
-    made_by: str = "scan"  # the later report's front door: its notes name that one's ways
-
-    def counts(self) -> dict[str, int]:
-        """How many rows of each kind of change: ``{"new": 2, "freed": 1, ...}``."""
-        out = dict.fromkeys(CHANGES, 0)
-        for c in self.changes:
-            out[c.change] += 1
-        return {k: v for k, v in out.items() if v}
-
-    def change(self, path: str) -> RowChange:
-        """The change of the row named ``path``."""
-        for c in self.changes:
-            if c.path == path:
-                return c
-        raise KeyError(path)
+class DevicesDiff(Diff, Displayable):
+    """The changes between two reports (the fields of :class:`~torchdevmagic.records.Diff`),
+    as text, HTML and rich."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,23 +35,23 @@ class DevicesDiff(Displayable):
         }
 
     def to_text(self) -> str:
-        return blocks.to_text(words.diff_blocks(self))
+        return blocks.to_text(diff_blocks(self))
 
     def to_html(self) -> str:
-        return blocks.to_html(words.diff_blocks(self))
+        return blocks.to_html(diff_blocks(self))
 
     def __rich__(self) -> Any:
-        return blocks.to_rich(words.diff_blocks(self))
+        return blocks.to_rich(diff_blocks(self))
 
 
-def nothing_to_compare(report: DevicesReport) -> DevicesDiff:
+def nothing_to_compare(report: Report) -> DevicesDiff:
     """The first ``--diff``: no earlier report; the later one is shown whole."""
     return DevicesDiff(
         changes=(), totals=(), compared=False, report=report, top=report.top, made_by=report.made_by
     )
 
 
-def diff_reports(before: DevicesReport, after: DevicesReport) -> DevicesDiff:
+def diff_reports(before: Report, after: Report) -> DevicesDiff:
     """What changed from ``before`` to ``after``, row by row (matched by path) and per
     device. A row counted through another (an alias, ``(counted)``) is compared by its
     shape, dtype and device, not by its 0 bytes: a storage changing owner is no change."""
@@ -171,7 +138,7 @@ def _change(kind: str, was: Optional[Row], row: Optional[Row]) -> RowChange:
     )
 
 
-def _totals(before: DevicesReport, after: DevicesReport) -> tuple[TotalChange, ...]:
+def _totals(before: Report, after: Report) -> tuple[TotalChange, ...]:
     old, new = before.totals(), after.totals()
     allocated = _allocated(before.gpus), _allocated(after.gpus)
     devices = sorted(

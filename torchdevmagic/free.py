@@ -24,37 +24,15 @@ from typing import Any, Optional
 from torchdevmagic._device import Device
 from torchdevmagic._display import Displayable
 from torchdevmagic._torch import no_torch_function, torch_if_imported
-from torchdevmagic.records import DeviceMemory
+from torchdevmagic.records import DeviceMemory, Freed
 from torchdevmagic.render import blocks
+from torchdevmagic.render.blocks import Block
+from torchdevmagic.render.free import free_blocks
 from torchdevmagic.scanning import IPYTHON_NAMES, Limits, collect
 from torchdevmagic.scanning import holders as hd
 
 _OUT_KEY = re.compile(r"Out\[(\d+)\]|_(\d+)")
 _HISTORY_NAME = re.compile(r"_\d*|__|___|_i+\d*|_(?:oh|ih|dh)")
-
-
-@dataclass(frozen=True)
-class Freed:
-    """What one device got back. Allocator figures are ``None`` where the device has none."""
-
-    device: str
-    pinned_bytes: int  # what the dropped holders kept alive that no variable reaches
-    allocated_before: Optional[int] = None
-    allocated_after: Optional[int] = None
-    reserved_before: Optional[int] = None
-    reserved_after: Optional[int] = None
-
-    @property
-    def measured(self) -> bool:
-        return self.allocated_before is not None and self.allocated_after is not None
-
-    @property
-    def came_back(self) -> int:
-        """Allocator bytes freed; where no allocator counts them (the CPU), the bytes the
-        dropped holders alone kept (a name elsewhere may still hold some)."""
-        if self.allocated_before is not None and self.allocated_after is not None:
-            return max(self.allocated_before - self.allocated_after, 0)
-        return self.pinned_bytes
 
 
 @dataclass(frozen=True)
@@ -70,10 +48,8 @@ class FreeReport(Displayable):
     def came_back(self, device: str) -> int:
         return next((d.came_back for d in self.devices if d.device == device), 0)
 
-    def _blocks(self) -> list[Any]:
-        from torchdevmagic.render.free import free_blocks
-
-        return free_blocks(self)
+    def _blocks(self) -> list[Block]:
+        return free_blocks(self.dropped, self.devices, self.torch_imported, self.skipped)
 
     def to_text(self) -> str:
         return blocks.to_text(self._blocks())

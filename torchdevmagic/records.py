@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, NamedTuple, Optional, Union, overload
+
+from torchdevmagic._device import device_sort_key
 
 
 class DeviceShare(NamedTuple):
@@ -285,7 +287,7 @@ class Member(NamedTuple):
 class Finding:
     """Something placed suspiciously, as data: what (``code``), where (``path``, devices),
     which tensors (``members``). The sentence and the fix line are written by
-    :mod:`torchdevmagic.render.findings` (``finding.message``, ``finding.fix``)."""
+    :mod:`torchdevmagic.render.findings` (``finding_message(f)``, ``finding_fix(f)``)."""
 
     code: str  # "split_module", "plain_tensor_attribute", "optimizer_state_device", ...
     path: str
@@ -295,19 +297,6 @@ class Finding:
     shares: tuple[DeviceShare, ...] = ()  # a split module's devices
     members: tuple[Member, ...] = ()  # the tensors concerned
     type_name: str = ""  # what it is, for an object that holds tensors (MultivariateNormal)
-
-    @property
-    def message(self) -> str:
-        from torchdevmagic.render.findings import finding_message
-
-        return finding_message(self)
-
-    @property
-    def fix(self) -> Optional[str]:
-        """One line that fixes it, or ``None``."""
-        from torchdevmagic.render.findings import finding_fix
-
-        return finding_fix(self)
 
 
 class Holder(NamedTuple):
@@ -359,6 +348,117 @@ class ScanStats:
     max_depth: int = 6  # the walk's depth limit (scan(max_depth=...))
     proxies: int = 0  # weakref.proxy objects met (not followed: reading one runs user code)
     proxy_paths: tuple[str, ...] = ()  # the first few of their paths
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a ``%devices`` scan found: rows, findings, GPUs, scan statistics, and how it was
+    asked for. :class:`torchdevmagic.report.DevicesReport` is this, with its renderings.
+
+    ``rows`` is a tuple, or from ``scan()`` a :class:`Rows` that behaves as one and builds
+    each :class:`Row` when it is read: the renderings build only the rows they show.
+    ``holders`` say who keeps unnamed GPU memory alive.
+    """
+
+    rows: Sequence[Row]
+    findings: tuple[Finding, ...]
+    gpus: tuple[DeviceMemory, ...]
+    stats: ScanStats
+    torch_imported: bool = True
+    device_filter: Optional[str] = None
+    include_hidden: bool = False  # -a: _private names and Out[n] too
+    sort: str = "size"
+    top: Optional[int] = None
+    gpus_checked: bool = False
+    holders: tuple[Holder, ...] = ()
+    made_by: str = "scan"  # or "%devices": its notes name the options of the one typed
+
+    def totals(self) -> dict[str, int]:
+        """Bytes per device, every storage counted once (modules and optimizers included)."""
+        return dict(self._totals)
+
+    @cached_property
+    def _totals(self) -> dict[str, int]:
+        # A scan's table sums its rows as they arrive: no need to build every row.
+        known = self.rows.device_bytes if isinstance(self.rows, Rows) else None
+        out = dict(known) if known is not None else totals_of(self.rows)
+        out.pop("none", None)  # an optimizer before its first step holds nothing
+        if out.get("mixed") == 0:  # nor one whose parameters are split: "mixed" is no device
+            del out["mixed"]
+        return dict(sorted(out.items(), key=lambda kv: device_sort_key(kv[0])))
+
+    def row(self, path: str) -> Row:
+        """The first row named ``path``."""
+        if isinstance(self.rows, Rows):
+            found = self.rows.find(path)
+        else:
+            found = next((r for r in self.rows if r.path == path), None)
+        if found is None:
+            raise KeyError(path)
+        return found
+
+
+#: The kinds of :class:`RowChange`, in the order a summary names them.
+CHANGES = ("new", "freed", "grown", "shrunk", "moved")
+
+
+@dataclass(frozen=True)
+class Diff:
+    """The changes between an earlier and a later :class:`Report`, biggest change first.
+    :class:`torchdevmagic.diff.DevicesDiff` is this, with its renderings.
+
+    ``compared`` is False when there was nothing to compare with (the first ``%devices
+    --diff`` in a kernel): then ``report`` is the later report, shown whole.
+    """
+
+    changes: tuple[RowChange, ...]
+    totals: tuple[TotalChange, ...]  # every device either report names, in device order
+    unchanged: int = 0  # rows present in both, alike
+    compared: bool = True
+    report: Optional[Report] = None
+    filters: tuple[Optional[str], Optional[str]] = (None, None)  # device filter, before/after
+    hidden: tuple[bool, bool] = (False, False)  # -a (private names, Out[n]), before/after
+    top: Optional[int] = None
+    made_by: str = "scan"  # the later report's front door: its notes name that one's ways
+
+    def counts(self) -> dict[str, int]:
+        """How many rows of each kind of change: ``{"new": 2, "freed": 1, ...}``."""
+        out = dict.fromkeys(CHANGES, 0)
+        for c in self.changes:
+            out[c.change] += 1
+        return {k: v for k, v in out.items() if v}
+
+    def change(self, path: str) -> RowChange:
+        """The change of the row named ``path``."""
+        for c in self.changes:
+            if c.path == path:
+                return c
+        raise KeyError(path)
+
+
+@dataclass(frozen=True)
+class Freed:
+    """What one device got back from ``%devices --free``. Allocator figures are ``None``
+    where the device has none."""
+
+    device: str
+    pinned_bytes: int  # what the dropped holders kept alive that no variable reaches
+    allocated_before: Optional[int] = None
+    allocated_after: Optional[int] = None
+    reserved_before: Optional[int] = None
+    reserved_after: Optional[int] = None
+
+    @property
+    def measured(self) -> bool:
+        return self.allocated_before is not None and self.allocated_after is not None
+
+    @property
+    def came_back(self) -> int:
+        """Allocator bytes freed; where no allocator counts them (the CPU), the bytes the
+        dropped holders alone kept (a name elsewhere may still hold some)."""
+        if self.allocated_before is not None and self.allocated_after is not None:
+            return max(self.allocated_before - self.allocated_after, 0)
+        return self.pinned_bytes
 
 
 def to_plain(obj: Any) -> Any:

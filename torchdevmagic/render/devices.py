@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from torchdevmagic._format import format_bytes, format_dtype, format_shape, plural
-from torchdevmagic.records import DeviceMemory, DeviceShare, Holder, ModuleParts, Row, ScanStats
+from torchdevmagic.records import (
+    DeviceMemory,
+    DeviceShare,
+    Holder,
+    ModuleParts,
+    Report,
+    Row,
+    ScanStats,
+)
 from torchdevmagic.render.blocks import Block, Line, Table
 from torchdevmagic.render.findings import finding_blocks, name_some
 from torchdevmagic.render.pictures import gpu_bars, module_bars
-
-if TYPE_CHECKING:
-    from torchdevmagic.report import DevicesReport
 
 DEFAULT_ROWS_SHOWN = 30
 # Each header is the word of the record field it shows (Row.path, Row.nbytes, ...;
@@ -25,7 +29,7 @@ GPU_HEADERS = (
 )
 
 
-def report_blocks(report: DevicesReport) -> list[Block]:
+def report_blocks(report: Report) -> list[Block]:
     out: list[Block] = []
     for f in report.findings:
         out += finding_blocks(f)
@@ -53,14 +57,14 @@ def report_blocks(report: DevicesReport) -> list[Block]:
     return out
 
 
-def shown_rows(report: DevicesReport) -> tuple[list[Row], int]:
+def shown_rows(report: Report) -> tuple[list[Row], int]:
     limit = DEFAULT_ROWS_SHOWN if report.top is None else report.top
     if limit <= 0 or len(report.rows) <= limit:
         return list(report.rows), 0
     return list(report.rows[:limit]), len(report.rows) - limit
 
 
-def headline(report: DevicesReport) -> str | None:
+def headline(report: Report) -> str | None:
     if not report.torch_imported:
         return "torch is not imported in this namespace: there are no tensors to find."
     if not report.rows:
@@ -75,7 +79,7 @@ def headline(report: DevicesReport) -> str | None:
     return None
 
 
-def totals_line(report: DevicesReport) -> str:
+def totals_line(report: Report) -> str:
     parts = [f"{d} {format_bytes(b)}" for d, b in report.totals().items()]
     count = plural(len(report.rows), "row")
     return "Total: " + (" · ".join(parts) if parts else "0 B") + f"  ({count})"
@@ -83,7 +87,7 @@ def totals_line(report: DevicesReport) -> str:
 
 # The report's advice (how to walk deeper, see every row, learn why there is no GPU, see the
 # _names, free what history pins), in the words of the front door that made the report
-# (DevicesReport.made_by): the magic's options, or the Python API's keywords and functions.
+# (Report.made_by): the magic's options, or the Python API's keywords and functions.
 DEEPER = {"%devices": "%devices --depth N goes deeper", "scan": "scan(max_depth=...) goes deeper"}
 MORE_ITEMS = {
     "%devices": "%devices --max-items N raises it",
@@ -237,7 +241,7 @@ def holder_text(h: Holder, made_by: str = "scan") -> str:
     )
 
 
-def gpu_notes(report: DevicesReport) -> list[str]:
+def gpu_notes(report: Report) -> list[str]:
     if report.gpus_checked and not report.gpus:
         why = advice(WHY_NO_GPU, report.made_by)
         return [f"No GPU visible to torch ({why})."]

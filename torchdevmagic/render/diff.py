@@ -3,15 +3,12 @@ changed (biggest change first), each device's totals before and after."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from torchdevmagic._format import format_bytes, format_shape, plural
-from torchdevmagic.records import RowChange, TotalChange
+from torchdevmagic.records import Diff, RowChange, TotalChange
 from torchdevmagic.render.blocks import Block, Line, Table
 from torchdevmagic.render.devices import advice, report_blocks
-
-if TYPE_CHECKING:
-    from torchdevmagic.diff import DevicesDiff
 
 DEFAULT_CHANGES_SHOWN = 30
 HEADERS = ("Change", "Path", "Type", "Device", "Shape", "Before", "After", "Diff")
@@ -25,7 +22,7 @@ NOTHING_TO_COMPARE = (
 )
 
 
-def diff_blocks(d: DevicesDiff) -> list[Block]:
+def diff_blocks(d: Diff) -> list[Block]:
     if not d.compared:
         first: list[Block] = [Line(NOTHING_TO_COMPARE, "dim")]
         return first + (report_blocks(d.report) if d.report is not None else [])
@@ -49,7 +46,7 @@ def diff_blocks(d: DevicesDiff) -> list[Block]:
     return out
 
 
-def summary_line(d: DevicesDiff) -> str:
+def summary_line(d: Diff) -> str:
     alike = plural(d.unchanged, "row") + " unchanged"
     if not d.changes:
         return f"No change since the previous report ({alike})."

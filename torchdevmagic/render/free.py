@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from torchdevmagic._format import format_bytes
-from torchdevmagic.render.blocks import Line, Table
+from torchdevmagic.records import Freed
+from torchdevmagic.render.blocks import Block, Line, Table
 
 if TYPE_CHECKING:
-    from torchdevmagic.free import Freed, FreeReport
+    from torchdevmagic.scanning.holders import Pinned
 
 HOLDER_WORDS = {"output_history": "output history", "traceback": "last error's traceback"}
 
 
-def free_blocks(report: FreeReport) -> list[Any]:
-    out: list[Any] = []
-    if not report.torch_imported:
+def free_blocks(
+    dropped: Sequence[Pinned],
+    devices: Sequence[Freed],
+    torch_imported: bool,
+    skipped: Sequence[str],
+) -> list[Block]:
+    """What was dropped (each holder's entry and bytes), what each device got back, and the
+    entries asked for that held nothing."""
+    out: list[Block] = []
+    if not torch_imported:
         return [Line("Nothing to free: torch is not imported, so no tensor memory is held.")]
-    if not report.dropped:
+    if not dropped:
         out.append(
             Line(
                 "Nothing to free: neither the output history (Out) nor a stored traceback "
@@ -32,22 +41,22 @@ def free_blocks(report: FreeReport) -> list[Any]:
                 ", ".join(f"{format_bytes(b)} {d}" for d, b in p.by_device)
                 or "what an entry above holds",
             )
-            for p in report.dropped
+            for p in dropped
         ]
         out.append(Line("Dropped (each held memory no variable holds):"))
         out.append(Table(("holder", "entry", "held"), rows))
-        out += [Line(device_line(d), "" if d.came_back else "note") for d in report.devices]
+        out += [Line(device_line(d), "" if d.came_back else "note") for d in devices]
         out += [
             Line(
                 f"{d.device}: {format_bytes(d.pinned_bytes - d.came_back)} of it is still "
                 "allocated: something else refers to it",
                 "note",
             )
-            for d in report.devices
+            for d in devices
             if d.measured and d.came_back < d.pinned_bytes
         ]
-    if report.skipped:
-        out.append(Line(f"Nothing held by {', '.join(report.skipped)}.", "dim"))
+    if skipped:
+        out.append(Line(f"Nothing held by {', '.join(skipped)}.", "dim"))
     return out
 
 
