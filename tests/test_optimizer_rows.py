@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchdevmagic.render.devices import note_text
+
 
 def report(shell: Any, cell: str) -> Any:
     result = shell.run_cell(cell)
@@ -19,7 +21,7 @@ def test_sgd_without_momentum_after_steps_is_not_before_its_first_step(shell: An
         "import torch\nw = torch.zeros(2, requires_grad=True)\n"
         "opt = torch.optim.SGD([w], lr=0.1)\nw.sum().backward()\nopt.step()",
     )
-    assert r.row("opt").note == "no state: SGD without momentum keeps none"
+    assert note_text(r.row("opt")) == "no state: SGD without momentum keeps none"
     assert "before the first step" not in str(r)
 
 
@@ -32,7 +34,7 @@ def test_sgd_with_momentum_and_adam_before_a_step_say_so(shell: Any) -> None:
         "adam = torch.optim.Adam([w])",
     )
     for name in ("sgd", "mixed", "adam"):
-        assert r.row(name).note == "no state yet (before the first step)", name
+        assert note_text(r.row(name)) == "no state yet (before the first step)", name
 
 
 def test_an_sgd_subclass_is_read_without_running_its_code(shell: Any) -> None:
@@ -45,5 +47,5 @@ def test_an_sgd_subclass_is_read_without_running_its_code(shell: Any) -> None:
         "        return object.__getattribute__(self, n)\n"
         "w = torch.zeros(2, requires_grad=True)\nodd = Odd([w], lr=0.1)\ncalls.clear()",
     )
-    assert r.row("odd").note == "no state: SGD without momentum keeps none"
+    assert note_text(r.row("odd")) == "no state: SGD without momentum keeps none"
     assert shell.user_ns["calls"] == []

@@ -22,6 +22,7 @@ from torch import nn
 from torchdevmagic import scan
 from torchdevmagic.records import to_plain
 from torchdevmagic.render import devices as words
+from torchdevmagic.render.devices import note_text
 from torchdevmagic.render.findings import finding_fix, finding_message
 from torchdevmagic.report import DevicesReport
 
@@ -106,7 +107,7 @@ def test_module_row_has_device_breakdown_with_grads() -> None:
     params = (4 * 8 + 8 + 8 * 2 + 2) * 4
     assert row.nbytes == 2 * params  # weights and their grads
     assert [(s.device, s.tensors, s.nbytes) for s in row.breakdown] == [("cpu", 8, 2 * params)]
-    assert row.note == "4 tensors"
+    assert note_text(row) == "4 tensors"
 
 
 def test_split_module_is_a_finding_naming_the_odd_parameters() -> None:
@@ -168,7 +169,7 @@ def test_plain_attribute_of_a_tensor_subclass_defined_after_import() -> None:
     report = run_scan({"net": net})
     (finding,) = [f for f in report.findings if f.code == "plain_tensor_attribute"]
     assert finding.path == "net.mark"
-    assert report.row("net").note == "3 tensors"
+    assert note_text(report.row("net")) == "3 tensors"
 
 
 def test_tensor_subclasses_with_hostile_metaclasses_run_no_code_and_break_nothing() -> None:
@@ -402,7 +403,7 @@ def test_views_and_aliases_are_counted_once_and_say_what_they_alias() -> None:
 def test_a_lone_view_says_it_keeps_the_whole_storage_alive() -> None:
     report = run_scan({"row": torch.zeros(1000, 1000)[0]})
     assert report.row("row").nbytes == 4_000_000
-    assert "keeps a 3.8 MiB storage alive" in report.row("row").note
+    assert "keeps a 3.8 MiB storage alive" in note_text(report.row("row"))
 
 
 def test_parameter_named_twice_is_counted_once() -> None:
@@ -441,7 +442,7 @@ def test_modules_of_torch_before_2_5_are_read_like_current_ones() -> None:
     assert old.rows == current.rows
     assert old.findings == current.findings
     row = old.row("model")
-    assert row.note == "8 tensors"  # 2 + 2 + 1 parameters, 3 BatchNorm buffers
+    assert note_text(row) == "8 tensors"  # 2 + 2 + 1 parameters, 3 BatchNorm buffers
     assert "model[1].weight" in finding_message(old.findings[0])
 
 
@@ -498,8 +499,8 @@ def test_old_tables_with_odd_keys_run_no_key_code_and_lose_no_module() -> None:
     ran.clear()
     report = run_scan({"odd": odd, "broken": broken})
     assert ran == []
-    assert report.row("odd").note == "4 tensors"  # two Linear layers, weight and bias each
-    assert report.row("broken").note == "2 tensors" and report.stats.skipped_objects == 0
+    assert note_text(report.row("odd")) == "4 tensors"  # two Linear layers, weight and bias each
+    assert note_text(report.row("broken")) == "2 tensors" and report.stats.skipped_objects == 0
 
 
 def test_torch_2_1_tensor_base_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -508,7 +509,7 @@ def test_torch_2_1_tensor_base_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(torch._C, "TensorBase", raising=False)
     monkeypatch.setattr(torch._C, "_TensorBase", base, raising=False)
     report = run_scan({"x": torch.zeros(3), "model": nn.Linear(2, 2)})
-    assert report.row("x").nbytes == 12 and report.row("model").note == "2 tensors"
+    assert report.row("x").nbytes == 12 and note_text(report.row("model")) == "2 tensors"
 
 
 # --- special tensors ----------------------------------------------------------------------------

@@ -295,3 +295,34 @@ def test_markup_in_the_environment_is_printed_literally(monkeypatch: Any) -> Non
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "[/x]")
     out = _terminal(check_environment())
     assert "[/x]" in out
+
+
+def test_row_notes_are_codes_and_render_owns_the_words() -> None:
+    """scanning/ writes no English: a view that pins a big storage, an optimizer without
+    state and a module's tensor count are data in the rows; render/devices.py words them."""
+    from torchdevmagic.render.devices import note_text
+
+    model = nn.Linear(2, 2)
+    ns = {
+        "row": torch.zeros(1000)[:10],
+        "sgd": torch.optim.SGD(model.parameters(), lr=0.1),
+        "adam": torch.optim.Adam(model.parameters()),
+        "model": model,
+    }
+    report = scan(ns, gpus=False)
+    notes = {r.path: r.note for r in report.rows}
+    assert notes == {
+        "row": "view_pins_storage",
+        "sgd": "stateless_sgd",
+        "adam": "no_state_yet",
+        "model": "",
+    }
+    words = {r.path: note_text(r) for r in report.rows}
+    assert words == {
+        "row": "view: keeps a 3.9 KiB storage alive",
+        "sgd": "no state: SGD without momentum keeps none",
+        "adam": "no state yet (before the first step)",
+        "model": "2 tensors",
+    }
+    text = str(report)
+    assert all(words[p] in text for p in ("row", "sgd", "adam"))

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from torchdevmagic import scan
+from torchdevmagic.render.devices import note_text
 
 
 class Wrapper(torch.Tensor):
@@ -108,7 +109,7 @@ def test_torchscript_module_counts_its_parameters_and_buffers() -> None:
     scripted = torch.jit.script(model)
     row = scan({"scripted": scripted}, gpus=False).row("scripted")
     eager = scan({"model": model}, gpus=False).row("model")
-    assert (row.device, row.nbytes, row.note) == ("cpu", eager.nbytes, "7 tensors")
+    assert (row.device, row.nbytes, note_text(row)) == ("cpu", eager.nbytes, "7 tensors")
     assert row.nbytes == 92
 
 
@@ -210,6 +211,6 @@ def test_a_traced_module_counts_its_parameters_and_buffers() -> None:
     report = scan({"traced": traced, "leaf": leaf}, gpus=False)
     eager = scan({"model": model}, gpus=False).row("model")
     row = report.row("traced")
-    assert (row.device, row.nbytes, row.note) == ("cpu", eager.nbytes, "7 tensors")
+    assert (row.device, row.nbytes, note_text(row)) == ("cpu", eager.nbytes, "7 tensors")
     assert row.parts is not None and row.parts.params == 4 and row.parts.buffers == 3
     assert (report.row("leaf").device, report.row("leaf").nbytes) == ("cpu", (6 + 3) * 4)

@@ -187,11 +187,36 @@ def _details(row: Row) -> str:
         parts.append(parts_text(row.parts))
     if row.alias_of:
         parts.append(f"alias of {row.alias_of}")
-    if row.note and (row.kind not in ("module", "optimizer") or not row.breakdown):
-        parts.append(row.note)
+    if row.kind not in ("module", "optimizer") or not row.breakdown:
+        note = note_text(row)
+        if note:
+            parts.append(note)
     if row.requires_grad and row.kind == "tensor":
         parts.append("requires grad")
     return "; ".join(parts)
+
+
+#: The words of the notes the scan gives as codes (scanning/ledger.py, scanning/optimizers.py);
+#: any other note (``emulated``, ``jagged``, ``view``...) is shown as it is.
+NOTE_WORDS = {
+    "no_state_yet": "no state yet (before the first step)",
+    "stateless_sgd": "no state: SGD without momentum keeps none",
+}
+
+
+def note_text(row: Row) -> str:
+    """A row's note in words: how many tensors a module or optimizer holds, what a view
+    keeps alive, why an optimizer has no state; the scan's own notes as they are."""
+    if row.note == "view_pins_storage":
+        return f"view: keeps a {format_bytes(row.nbytes)} storage alive"
+    if row.note:
+        return NOTE_WORDS.get(row.note, row.note)
+    held = sum(s.tensors for s in row.breakdown)
+    if row.kind == "module":  # grads are counted in the breakdown, not as tensors held
+        return plural(held - (row.parts.grads if row.parts is not None else 0), "tensor")
+    if row.kind == "optimizer":
+        return plural(held, "state tensor")
+    return ""
 
 
 def row_cells(row: Row) -> tuple[str, ...]:

@@ -12,7 +12,6 @@ from itertools import groupby, repeat
 from operator import itemgetter
 from typing import Any, Optional, Union, cast
 
-from torchdevmagic._format import format_bytes
 from torchdevmagic.records import RowTable, add_by_device
 from torchdevmagic.safe import batch
 from torchdevmagic.safe.batch import Columns, Placement, all_exactly, columns_of
@@ -168,13 +167,17 @@ def no_notes(cols: Columns, aliases: Optional[list[Optional[str]]]) -> bool:
     return aliases is None and cols.storage_bytes == cols.view_bytes and not any(cols.note)
 
 
+#: A row's note when it is a view that keeps a storage over twice its size alive, counted in
+#: this row (render/devices.py writes its words with the row's bytes).
+VIEW_PINS_STORAGE = "view_pins_storage"
+
+
 def row_note(note: str, alias: Optional[str], storage_bytes: int, view_bytes: int) -> str:
     """A tensor row's note: what the facts said, else whether it is a view of a bigger
-    storage (counted here) or of one another row counted."""
+    storage (counted here: :data:`VIEW_PINS_STORAGE`) or of one another row counted
+    (``"view"``)."""
     if note:
         return note
     if alias is None:
-        if storage_bytes > 2 * view_bytes > 0:
-            return "view: keeps a " + format_bytes(storage_bytes) + " storage alive"
-        return ""
+        return VIEW_PINS_STORAGE if storage_bytes > 2 * view_bytes > 0 else ""
     return "view" if view_bytes < storage_bytes else ""

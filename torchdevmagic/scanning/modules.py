@@ -11,7 +11,6 @@ from math import prod
 from operator import is_, is_not, not_
 from typing import Any, Optional, Union
 
-from torchdevmagic._format import plural
 from torchdevmagic.records import DeviceShare, ModuleParts, Row
 from torchdevmagic.safe import batch
 from torchdevmagic.safe.batch import Columns, Placement
@@ -144,7 +143,6 @@ def _module_row(
         nbytes=acc.total,
         dtype=acc.dtype(),
         breakdown=acc.shares(),
-        note=plural(len(acc) - acc.grads, "tensor"),
         parts=parts._replace(
             attributes=len(attrs) - dists,
             attribute_bytes=attribute_bytes,

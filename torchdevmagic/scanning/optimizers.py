@@ -7,7 +7,6 @@ from itertools import chain, compress, repeat
 from operator import itemgetter
 from typing import Any, Optional, Union
 
-from torchdevmagic._format import plural
 from torchdevmagic.records import Member, Row
 from torchdevmagic.safe import batch, containers
 from torchdevmagic.safe.batch import Columns, Placement, all_exactly
@@ -17,6 +16,11 @@ from torchdevmagic.safe.tensors import device_text, tensor_facts
 from torchdevmagic.scanning import findings
 from torchdevmagic.scanning.breakdown import Breakdown
 from torchdevmagic.scanning.state import ScanState
+
+#: An optimizer row's note when it holds no state tensor: an SGD whose groups all have
+#: momentum 0 (it never keeps any), or any other before its first step. render/devices.py
+#: writes their words.
+STATELESS_SGD, NO_STATE_YET = "stateless_sgd", "no_state_yet"
 
 _dict_items = dict.items
 _first, _second = itemgetter(0), itemgetter(1)
@@ -42,15 +46,11 @@ def optimizer_row(scan: ScanState, path: str, opt: Any) -> None:
     if finding is not None:
         scan.findings.append(finding)
     device = acc.main_device()
-    note = plural(len(acc), "state tensor")
+    note = ""
     if not len(acc):
         device = _param_device(scan, ns.get("param_groups"))
         stateless = _sgd_without_momentum(scan, opt, ns.get("param_groups"))
-        note = (
-            "no state: SGD without momentum keeps none"
-            if stateless
-            else ("no state yet (before the first step)")
-        )
+        note = STATELESS_SGD if stateless else NO_STATE_YET
     scan.ledger.rows.append(
         Row(
             path=path,
