@@ -110,6 +110,7 @@ def test_values_under_keys_that_are_not_str_are_rows(shell: Any, capsys: Any) ->
     # the paths are what the user types: pasted into the shell, they give the tensors back
     assert run(shell, "globals()[1]") is shell.user_ns[1]
     assert run(shell, "globals()[(2, 'a')]") is shell.user_ns[(2, "a")]
+    run(shell, "del globals()[key]")  # while calls exists: the shell's reset would hash it
 
 
 def test_a_value_also_under_a_name_is_counted_once_under_the_name(shell: Any) -> None:
