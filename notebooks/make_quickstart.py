@@ -18,30 +18,37 @@ TARGET = HERE / "quickstart.ipynb"
 INTRO = """\
 # torchdevmagic quickstart
 
-A short tour of the three magics. It runs top to bottom on any machine: with a CUDA or
-Apple GPU it uses it, without one it falls back to the CPU and uses PyTorch's `meta` device
-to produce a real device mismatch.
+A short tour of the four magics. It runs top to bottom on any machine and shows CUDA as you
+see it on a GPU: without an NVIDIA GPU, `%emulate_cuda on` in the first cells gives the
+notebook an emulated CUDA GPU (it computes on the CPU, with the same values), so tensors live on
+`cuda:0` and mixing devices fails with PyTorch's own CUDA messages. With a real GPU the notebook
+uses it.
 
 Not installed yet? There is no release on a package index yet: build a wheel in a checkout
 (`pip wheel --no-deps -w dist .`), then `%pip install torchdevmagic-*.whl` (Colab, Kaggle:
 upload it first); your torch stays as it is."""
 
-SETUP_MD = """\
-## Set up: pick a device, build a small model and a batch
+EMULATE_MD = """\
+## A CUDA GPU, real or emulated
 
-`DEVICE` is the accelerator when there is one, else the CPU."""
+On a machine without CUDA, `%emulate_cuda on` puts an emulated GPU behind `torch.cuda`:
+`"cuda"` tensors compute on the CPU, and code that would fail on a GPU fails here, the same
+way. `%emulate_cuda off` (last cell) takes it away."""
+
+EMULATE_ON = """\
+import torch
+
+if not torch.cuda.is_available():
+    %emulate_cuda on
+torch.cuda.get_device_name()"""
+
+SETUP_MD = """\
+## Set up: a small model and a batch on the GPU"""
 
 SETUP = """\
-import torch
 from torch import nn
 
-if torch.cuda.is_available():
-    DEVICE = "cuda"
-elif torch.backends.mps.is_available():
-    DEVICE = "mps"
-else:
-    DEVICE = "cpu"
-
+DEVICE = "cuda"
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(DEVICE)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -49,25 +56,28 @@ batch = {
     "x": torch.randn(32, 64, device=DEVICE),
     "y": torch.randint(0, 10, (32,), device=DEVICE),
 }
-DEVICE"""
+next(model.parameters()).device"""
 
 DEVICES_MD = """\
 ## `%devices`: which of my variables live where
 
 One row per tensor, module and optimizer in the notebook (entries of dicts and lists by
-their key), with device, dtype, shape and memory. Nothing is copied or synchronised."""
+their key), with device, dtype, shape and memory, then each GPU's memory. Nothing is copied or
+synchronised."""
 
 ENV_MD = """\
 ## `%devices --env`: does PyTorch see the GPU, and if not, why?
 
 A verdict with a one-line fix (CPU-only build, no driver, `CUDA_VISIBLE_DEVICES` hiding the
-GPUs, ...), then the facts it is based on."""
+GPUs, ...), then the facts it is based on. It describes the machine itself: under
+`%emulate_cuda` it still says when there is no real GPU."""
 
 TIME_MD = """\
 ## `%%cuda_time`: how long did the cell take on the GPU?
 
-GPU time from CUDA events next to host and wall time. Without CUDA it says so and times on
-the host clock. Variables the cell assigns stay in the notebook, as with `%%time`."""
+GPU time from CUDA events next to host and wall time. An emulated GPU has no GPU clock: the
+line says so and times on the host clock. Variables the cell assigns stay in the notebook, as
+with `%%time`."""
 
 TIME = """\
 %%cuda_time
@@ -77,14 +87,12 @@ c = a @ a"""
 MISMATCH_MD = """\
 ## `%%devcheck`: a device error explained with your variable names
 
-A DataLoader hands out CPU tensors while the model sits on the accelerator. Without an
-accelerator the `meta` device stands in for one: it gives the same kind of error on a CPU.
-The next cell fails on purpose (it is tagged `raises-exception`); the error keeps its type and
-message, and `%%devcheck` adds which variables are where and the fix."""
+A DataLoader hands out CPU tensors while the model sits on the GPU. The next cell fails on
+purpose (it is tagged `raises-exception`); the error keeps its type and PyTorch's message, and
+`%%devcheck` adds which variables are where and the line that fixes it."""
 
 MISMATCH_SETUP = """\
-TARGET = DEVICE if DEVICE != "cpu" else "meta"
-head = nn.Linear(64, 10).to(TARGET)
+head = nn.Linear(64, 10).to(DEVICE)
 cpu_batch = {"x": torch.randn(8, 64), "y": torch.randint(0, 10, (8,))}"""
 
 MISMATCH = """\
@@ -92,55 +100,28 @@ MISMATCH = """\
 logits = head(cpu_batch["x"])"""
 
 FIX_MD = """\
-The fix: move the batch to the model's device."""
+The fix `%%devcheck` printed, pasted before the line: the cell runs."""
 
 FIX = """\
 %%devcheck
-logits = head(cpu_batch["x"].to(TARGET))
+cpu_batch['x'] = cpu_batch['x'].to(DEVICE)
+logits = head(cpu_batch["x"])
 logits.shape, logits.device"""
 
 AFTER_MD = """\
-`%devices` with a device name shows only what lives there."""
+`%devices` with a device name shows only what lives there, and draws a bar per GPU (named /
+allocated / reserved / NVML used against the total)."""
 
 AFTER = """\
-%devices {TARGET}"""
+%devices cuda"""
 
-EMULATE_MD = """\
-## Will this run on a GPU? Find out on your laptop.
-
-Code that follows `DEVICE` runs fine on a laptop (everything is on the CPU) and fails on the
-GPU. `%emulate_cuda on` gives the notebook emulated CUDA GPUs: tensors put on `"cuda"` compute
-on the CPU, with the same values, and mixing devices fails exactly where a GPU would fail, with
-PyTorch's own CUDA messages. On a machine with a real GPU the next cell leaves it to the GPU."""
-
-EMULATE_ON = """\
-if not torch.cuda.is_available():
-    %emulate_cuda on --devices 2
-gpu_model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to("cuda")
-features = torch.randn(8, 64)  # made without device=
-torch.cuda.get_device_name(), next(gpu_model.parameters()).device"""
-
-EMULATE_FAIL = """\
-%%devcheck
-scores = gpu_model(features)"""
-
-EMULATE_FIX_MD = """\
-The fix `%%devcheck` gives, applied; `%devices cuda` then lists what lives on the GPUs, and
-draws a bar per GPU (named / allocated / reserved / NVML used against the total)."""
-
-EMULATE_FIX = """\
-features = features.to("cuda:0")
-scores = gpu_model(features)
-scores.device"""
-
-EMULATE_OFF = """\
-%devices cuda
+OFF = """\
 %emulate_cuda off"""
 
 AUTOLOAD_MD = """\
 ## Next
 
-* `%devices?`, `%%cuda_time?`, `%%devcheck?` show every option.
+* `%devices?`, `%%cuda_time?`, `%%devcheck?`, `%emulate_cuda?` show every option.
 * `%devcheck on` explains device errors in every cell, without the cell magic.
 * To load the extension in every IPython session, add
   `c.InteractiveShellApp.extensions = ["torchdevmagic"]` to `ipython_config.py`."""
@@ -150,6 +131,8 @@ def build() -> nbformat.NotebookNode:
     cells = [
         new_markdown_cell(INTRO),
         new_code_cell("%load_ext torchdevmagic"),
+        new_markdown_cell(EMULATE_MD),
+        new_code_cell(EMULATE_ON),
         new_markdown_cell(SETUP_MD),
         new_code_cell(SETUP),
         new_markdown_cell(DEVICES_MD),
@@ -165,12 +148,7 @@ def build() -> nbformat.NotebookNode:
         new_code_cell(FIX),
         new_markdown_cell(AFTER_MD),
         new_code_cell(AFTER),
-        new_markdown_cell(EMULATE_MD),
-        new_code_cell(EMULATE_ON),
-        new_code_cell(EMULATE_FAIL, metadata={"tags": ["raises-exception"]}),
-        new_markdown_cell(EMULATE_FIX_MD),
-        new_code_cell(EMULATE_FIX),
-        new_code_cell(EMULATE_OFF),
+        new_code_cell(OFF),
         new_markdown_cell(AUTOLOAD_MD),
     ]
     # Stable cell ids, so regenerating gives the same file (and a clean diff).

@@ -114,12 +114,12 @@ def _html_rows(fragment: str) -> list[list[str]]:
     return [[c.strip() for c in row] for row in parser.rows]
 
 
-def _device(nb: Any) -> str:
-    """The DEVICE the notebook picked (the setup cell shows it as its value)."""
+def _emulated(nb: Any) -> bool:
+    """Did the notebook turn the emulated GPU on (no real one in the kernel)?"""
     (result,) = [
         o for o in _cell(nb, "import torch").outputs if o["output_type"] == "execute_result"
     ]
-    return str(result["data"]["text/plain"]).strip("'\"")
+    return "Emulated CUDA GPU" in str(result["data"]["text/plain"])
 
 
 # ------------------------------------------------------------------------------ the file
@@ -132,7 +132,10 @@ def test_notebook_is_stored_without_outputs_and_matches_its_generator() -> None:
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
     tagged = [c for c in code if "raises-exception" in c.metadata.get("tags", [])]
-    assert [c.source.splitlines()[0] for c in tagged] == ["%%devcheck", "%%devcheck"]
+    assert [c.source.splitlines()[0] for c in tagged] == ["%%devcheck"]
+    # The emulated GPU comes first: every cell after it shows CUDA as on a GPU.
+    first = [c.source for c in code[:2]]
+    assert first[0] == "%load_ext torchdevmagic" and "%emulate_cuda on" in first[1]
     spec = importlib.util.spec_from_file_location("make_quickstart", GENERATOR)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -156,15 +159,35 @@ def test_every_display_carries_html_and_plain_text(executed: Any) -> None:
             assert output["data"]["text/html"].lstrip().startswith("<div")
 
 
+def test_the_first_cells_put_a_cuda_gpu_behind_the_notebook(executed: Any) -> None:
+    import torch
+
+    on = _cell(executed, "import torch")
+    assert [o for o in on.outputs if o["output_type"] == "error"] == []
+    if not torch.cuda.is_available():  # no real GPU: the emulated one answers
+        assert _emulated(executed)
+        status = "".join(o.get("text", "") for o in on.outputs if o["output_type"] == "stream")
+        assert status.startswith("CUDA emulation is on: 1 emulated GPU"), status
+    (value,) = [
+        o
+        for o in _cell(executed, "from torch import nn").outputs
+        if o["output_type"] == "execute_result"
+    ]
+    assert value["data"]["text/plain"] == "device(type='cuda', index=0)"
+    off = _exact(executed, "%emulate_cuda off")
+    assert [o for o in off.outputs if o["output_type"] == "error"] == []
+
+
 def test_devices_names_the_variables_and_their_device(executed: Any) -> None:
-    device = _device(executed)
+    device = "cuda:0"
     cell = _exact(executed, "%devices")
     text = _plain(cell)
     rows = {line.split()[0]: line.split() for line in text.splitlines()[1:] if line.strip()}
+    tensor = "EmulatedTensor" if _emulated(executed) else "Tensor"  # as the emulator says
     for name, kind in (
         ("model", "Sequential"),
-        ("batch['x']", "Tensor"),
-        ("batch['y']", "Tensor"),
+        ("batch['x']", tensor),
+        ("batch['y']", tensor),
         ("optimizer", "SGD"),
     ):
         assert name in rows, f"{name} missing from %devices:\n{text}"
@@ -198,98 +221,63 @@ def test_devices_env_gives_a_verdict_for_this_interpreter(executed: Any) -> None
 
 
 def test_cuda_time_prints_a_timing_line(executed: Any) -> None:
-    import torch
-
     text = _plain(_cell(executed, "%%cuda_time"))
     number = r"\d+(\.\d+)? (ns|µs|ms|s)"
-    if torch.cuda.is_available():
+    if not _emulated(executed):
         assert re.search(rf"^cuda:\d.* · GPU {number} · host {number} · wall {number}", text, re.M)
-    else:
-        assert "no CUDA device" in text
+    else:  # an emulated GPU has no GPU clock, and says so
+        assert "emulated CUDA device (torchdevmagic.emulate): timing on the host clock" in text
         assert re.search(rf"^cpu · wall {number} · CPU {number} · host clock", text, re.M), text
     assert "cold (first run of this cell)" in text
 
 
-def test_devices_with_a_device_shows_only_that_device(executed: Any) -> None:
-    target = "meta" if _device(executed) == "cpu" else _device(executed)
-    text = _plain(_cell(executed, "%devices {TARGET}"))
+def test_devices_with_a_device_shows_only_that_device_and_a_bar_per_gpu(executed: Any) -> None:
+    cell = _exact(executed, "%devices cuda")
+    text = _plain(cell)
     rows = [line.split() for line in text.splitlines()[1:] if line.strip()]
-    head = [r for r in rows if r[0] == "head"]
-    assert head and head[0][2].startswith(target), text
-    # The model, the batch and cpu_batch live elsewhere (or on the CPU): filtered out.
-    assert not any(r[0].startswith(("model", "batch", "cpu_batch")) for r in rows), text
+    named = {r[0]: r for r in rows if r[0] in ("head", "model", "cpu_batch['x']")}
+    assert set(named) == {"head", "model", "cpu_batch['x']"}, text
+    assert all(r[2] == "cuda:0" for r in named.values()), text
+    # cpu_batch['y'] stayed on the CPU: filtered out.
+    assert not any(r[0] == "cpu_batch['y']" for r in rows), text
+    # The HTML draws a bar per GPU (render/pictures.py); the text keeps its table only.
+    (page,) = [o["data"]["text/html"] for o in _shown(cell)]
+    bars = re.findall(r'role="img" aria-label="(cuda:\d)', page)
+    assert bars[:1] == ["cuda:0"], page
+    assert "GPU memory" in page and "GPU memory" not in text
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _target(nb: Any) -> str:
-    device = _device(nb)
-    return "meta" if device == "cpu" else device
+# PyTorch 2.8+'s dispatcher wording, on a real GPU and on the emulated one.
+MISMATCH = (
+    "Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
+    "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
+)
 
 
 def test_devcheck_fails_with_the_original_error_and_names_the_culprit(executed: Any) -> None:
     cell = _exact(executed, '%%devcheck\nlogits = head(cpu_batch["x"])')
     (error,) = [o for o in cell.outputs if o["output_type"] == "error"]
     assert error["ename"] == "RuntimeError"
-    if _target(executed) == "meta":
-        assert re.fullmatch(
-            r"Tensor on device (cpu|meta) is not on the expected device (cpu|meta)!",
-            error["evalue"],
-        )
-    else:
-        assert "Expected all tensors to be on the same device" in error["evalue"]
+    assert error["evalue"] == MISMATCH
     text = ANSI.sub("", "\n".join(error["traceback"]))
     assert error["evalue"] in text
     assert 'logits = head(cpu_batch["x"])' in text  # the user's line, not only torch frames
     # The culprit by the user's own name, the other side by name, and the one-line fix.
-    assert "cpu_batch['x']" in text and re.search(r"^\s*head\b", text, re.M), text
-    fixes = [line for line in text.splitlines() if line.strip().startswith("Fix:")]
-    assert fixes, text
-    assert "cpu_batch['x']" in fixes[0] and f'.to("{_target(executed)}' in fixes[0]
-
-
-def test_the_fix_in_the_next_cell_runs(executed: Any) -> None:
-    cell = _exact(
-        executed,
-        '%%devcheck\nlogits = head(cpu_batch["x"].to(TARGET))\nlogits.shape, logits.device',
-    )
-    assert [o for o in cell.outputs if o["output_type"] == "error"] == []
-    value = _plain(cell)
-    assert value.startswith("(torch.Size([8, 10]), device(type=") and _target(executed) in value
-
-
-def test_emulated_gpu_finds_the_bug_a_laptop_never_sees(executed: Any) -> None:
-    on = _cell(executed, "if not torch.cuda.is_available():")
-    assert [o for o in on.outputs if o["output_type"] == "error"] == []
-    shown = _plain(on)
-    if _device(executed) == "cpu":  # no real GPU: the emulated one answers
-        assert "Emulated CUDA GPU" in shown and "device(type='cuda', index=0)" in shown
-    cell = _exact(executed, "%%devcheck\nscores = gpu_model(features)")
-    (error,) = [o for o in cell.outputs if o["output_type"] == "error"]
-    assert error["ename"] == "RuntimeError"
-    assert (
-        error["evalue"]
-        == (
-            "Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
-            "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
-        )
-        or "same device" in error["evalue"]
-    )
-    text = ANSI.sub("", "\n".join(error["traceback"]))
+    assert re.search(r"^\s*cpu_batch\['x'\]\s+Tensor\[8, 64\] float32\s+cpu\s+<- odd", text, re.M)
+    assert re.search(r"^\s*head\s+Linear .*cuda:0$", text, re.M), text
     fixes = [line.strip() for line in text.splitlines() if line.strip().startswith("Fix:")]
-    assert fixes and fixes[0] == 'Fix:  features = features.to("cuda:0")', text
-    fixed = _cell(executed, 'features = features.to("cuda:0")')  # that fix, then the line
-    assert [o for o in fixed.outputs if o["output_type"] == "error"] == []
-    assert _plain(fixed) == "device(type='cuda', index=0)"
-    listing = ANSI.sub("", _plain(_cell(executed, "%devices cuda")))
-    assert "gpu_model" in listing and "features" in listing
-    # The HTML draws a bar per GPU (render/pictures.py); the text keeps its table only.
-    (html,) = [o["data"]["text/html"] for o in _shown(_cell(executed, "%devices cuda"))]
-    bars = re.findall(r'role="img" aria-label="(cuda:\d)', html)
-    emulated = _device(executed) == "cpu"  # two emulated GPUs; else the machine's own
-    assert bars == ["cuda:0", "cuda:1"] if emulated else bars, html
-    assert "GPU memory" in html and "GPU memory" not in listing
+    assert fixes == ["Fix:  cpu_batch['x'] = cpu_batch['x'].to(DEVICE)"], text
+
+
+def test_the_printed_fix_pasted_in_the_next_cell_runs(executed: Any) -> None:
+    failed = _exact(executed, '%%devcheck\nlogits = head(cpu_batch["x"])')
+    (error,) = [o for o in failed.outputs if o["output_type"] == "error"]
+    text = ANSI.sub("", "\n".join(error["traceback"]))
+    (fix,) = [line.strip()[len("Fix:") :].strip() for line in text.splitlines() if "Fix:" in line]
+    cell = _cell(executed, f"%%devcheck\n{fix}\n")  # the printed line, pasted as it is
+    assert [o for o in cell.outputs if o["output_type"] == "error"] == []
+    assert _plain(cell) == "(torch.Size([8, 10]), device(type='cuda', index=0))"
 
 
 def test_without_the_tag_nbclient_reports_the_original_exception(tmp_path: Path) -> None:
@@ -303,9 +291,7 @@ def test_without_the_tag_nbclient_reports_the_original_exception(tmp_path: Path)
     with pytest.raises(nbclient.exceptions.CellExecutionError) as info:
         _run(nb, tmp_path / "kernels")
     assert info.value.ename == "RuntimeError"
-    assert (
-        "is not on the expected device" in info.value.evalue or "same device" in info.value.evalue
-    )
+    assert info.value.evalue == MISMATCH
 
 
 # ------------------------------------------------------------------------------ the browser
@@ -408,10 +394,11 @@ def test_page_shows_the_tables_and_logs_no_errors(probes: dict[str, Any], theme:
     for table in tables:
         assert table["width"] > 100 and table["height"] > 20, table  # laid out, not collapsed
     devices = [t for t in tables if t["headers"][:3] == ["Path", "Type", "Device"]]
-    assert len(devices) == 3, tables
+    assert len(devices) == 2, tables
     assert {"model", "batch['x']", "batch['y']", "optimizer"} <= set(devices[0]["first_column"])
-    assert "head" in devices[1]["first_column"]
-    assert {"gpu_model", "features"} <= set(devices[2]["first_column"])  # %devices cuda
+    assert {"head", "cpu_batch['x']"} <= set(devices[1]["first_column"])  # %devices cuda
+    gpus = [t for t in tables if t["headers"][:2] == ["Device", "Name"]]
+    assert gpus and all(t["first_column"][:1] == ["cuda:0"] for t in gpus), tables
     (env,) = [t for t in tables if t["headers"] == ["fact", "value"]]
     assert {"python", "torch", "cuda.is_available"} <= set(env["first_column"])
 
