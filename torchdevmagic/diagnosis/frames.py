@@ -80,8 +80,9 @@ def _shell() -> Any:
 
 def cell_number(filename: str, namespace: Optional[Mapping[str, Any]] = None) -> Optional[int]:
     """The ``In[n]`` number of the cell compiled under ``filename``: IPython 7's
-    ``<ipython-input-n-...>``, IPython 8+'s compiler map, else the input history whose text is
-    the cached source (ipykernel's ``/tmp/ipykernel_*/123.py`` names on IPython 7)."""
+    ``<ipython-input-n-...>``, IPython 8+'s compiler map, else the input history (``In``, then
+    the typed cells) whose text, or cell magic's body, is the cached source (ipykernel's
+    ``/tmp/ipykernel_*/123.py`` names on IPython 7)."""
     m = _IPYTHON_INPUT.fullmatch(filename)
     if m:
         return int(m.group(1))
@@ -89,14 +90,34 @@ def cell_number(filename: str, namespace: Optional[Mapping[str, Any]] = None) ->
     mapping = getattr(getattr(shell, "compile", None), "_filename_map", None)
     if type(mapping) is dict and type(mapping.get(filename)) is int:
         return int(mapping[filename])
-    history = dict.get(namespace, "In") if type(namespace) is dict else None
-    if type(history) is list:
-        source = "".join(linecache.getlines(filename))
+    parsed = dict.get(namespace, "In") if type(namespace) is dict else None
+    raw = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    source = "".join(linecache.getlines(filename)).strip()
+    for history in (parsed, raw):
+        if type(history) is not list:
+            continue
         for number in range(len(history) - 1, 0, -1):
             entry = list.__getitem__(history, number)
-            if type(entry) is str and entry and entry.strip() == source.strip():
+            if type(entry) is str and entry and _same_cell(entry, source, shell):
                 return number
     return None
+
+
+def _same_cell(entry: str, source: str, shell: Any) -> bool:
+    """Whether the history entry ``entry`` ran as ``source`` (stripped): the cell itself, or
+    the body of a cell magic (``%%devcheck``'s body is compiled on its own, as the shell
+    transforms it)."""
+    if entry.strip() == source:
+        return True
+    if not entry.startswith("%%"):
+        return False
+    body = entry.partition("\n")[2]
+    if body.strip() == source:
+        return True
+    try:
+        return str(shell.transform_cell(body)).strip() == source
+    except Exception:
+        return False
 
 
 def is_cell_file(filename: str, globals_: Any, namespace: Optional[Mapping[str, Any]]) -> bool:

@@ -70,8 +70,9 @@ def explained(
     keep: Optional[Callable[[Any], bool]] = None,
 ) -> list[str]:
     """The structured traceback of ``exc`` (PyTorch-internal frames collapsed when ``keep``
-    is given) with the explanation ``text`` under it, unless the formatter already printed it
-    as an exception note (IPython 8+ prints notes, 7.x does not)."""
+    is given) with the explanation ``text`` under its message, unless the formatter already
+    printed it there as an exception note (IPython 8+ prints notes, 7.x does not), and the
+    number of frames hidden under that."""
     tb = exc.__traceback__
     hidden = 0
     if keep is not None:
@@ -80,15 +81,14 @@ def explained(
         stb = list(formatter.structured_traceback(type(exc), exc, tb, tb_offset=0))
     finally:
         del tb
-    extra = []
-    if hidden:
-        extra.append(
-            f"[{hidden} PyTorch-internal frames hidden; %devcheck tb shows the full traceback]"
-        )
+    # The explanation sits under the exception's message, as the note IPython 8+ prints
+    # there, then the line about hidden frames: the same order on IPython 7.
     if text.splitlines()[0] not in plain("\n".join(stb)):
-        extra.append(text)
-    if extra:
-        stb.append("\n" + "\n".join(extra))
+        stb.append(text)
+    if hidden:
+        stb.append(
+            f"\n[{hidden} PyTorch-internal frames hidden; %devcheck tb shows the full traceback]"
+        )
     return stb
 
 
