@@ -122,11 +122,12 @@ def test_an_input_objects_tensors_are_named_from_the_notebook_and_moved_together
         "from other tensors on cuda:0 (when checking argument in method "
         "wrapper_CUDA__index_select)",
     )
-    assert [c.expression for c in d.culprits] == ["sent1_inputs.encoder_inputs['input_ids']"]
+    # named as forward typed the key (double quotes), under the notebook's name
+    assert [c.expression for c in d.culprits] == ['sent1_inputs.encoder_inputs["input_ids"]']
     assert d.fix_lineno is None  # run before the cell
     assert d.fix == (
-        "sent1_inputs.encoder_inputs['input_ids'], sent1_inputs.all_prop_mask = "
-        "sent1_inputs.encoder_inputs['input_ids'].to(\"cuda:0\"), "
+        'sent1_inputs.encoder_inputs["input_ids"], sent1_inputs.all_prop_mask = '
+        'sent1_inputs.encoder_inputs["input_ids"].to("cuda:0"), '
         'sent1_inputs.all_prop_mask.to("cuda:0")'
     )
     assert not any("inside a module" in n for n in d.notes)
@@ -410,9 +411,9 @@ def test_a_loop_variables_dict_is_no_modules_container(emu_shell: Any) -> None:
         "Expected all tensors to be on the same device, but found at least two devices, "
         "cuda:0 and cpu!",
     )
-    assert [c.expression for c in d.culprits] == ["t['boxes']"]
+    assert [c.expression for c in d.culprits] == ['t["boxes"]']  # as typed
     assert not any("inside a module" in n for n in d.notes)
-    # The boxes come in from the cell's targets: before, "t['boxes'] is made in
+    # The boxes come in from the cell's targets: before, "t["boxes"] is made in
     # box_loss.<genexpr> on the wrong device".
     assert not any("made in" in n for n in d.notes), d.notes
     # o: the loop's GPU tensor. The line as typed, but for the move: before, ast.unparse gave

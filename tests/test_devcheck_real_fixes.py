@@ -47,7 +47,7 @@ x = torch.randn(4, 8, device=DEVICE)
         PRE + "model = nn.Linear(4, 2).to(DEVICE)\n",
         'batch = {"x": torch.randn(3, 4), "n": 3}\ny = model(batch["x"])',
         "device_mismatch",
-        "batch['x']",  # named as ast.unparse writes it
+        'batch["x"]',  # named as typed
     ),
     Case(
         "module_global_of_a_helper_file",

@@ -48,13 +48,18 @@ def test_verdict_line_only_for_environment_errors() -> None:
 
 
 def test_devcheck_on_no_cuda_shows_the_environment_verdict(shell: Any) -> None:
-    """%%devcheck on "Torch not compiled with CUDA enabled" shows this machine's verdict line
-    (what %devices --env says), not only the message-based fix."""
+    """%%devcheck on "Torch not compiled with CUDA enabled" shows this machine's verdict
+    (what %devices --env says) beside the message-based fix: its headline alone where there
+    is no GPU at all (its fix, run on the CPU, is what the diagnosis's fix does), else with
+    its fix."""
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA")
     from torchdevmagic.env import check_environment
 
-    expected = environment.verdict_line(check_environment())
+    report = check_environment()
+    expected = environment.verdict_line(report)
+    if report.code == "cpu_only":
+        expected = report.headline
     shell.run_cell("import torch, torch.nn as nn\nnet = nn.Linear(2, 2)")
     result = shell.run_cell("%%devcheck\nnet.cuda()")
     assert isinstance(result.error_in_exec, (AssertionError, RuntimeError))

@@ -14,6 +14,7 @@ from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis import resolve as rs
 from torchdevmagic.diagnosis import rules as rl
+from torchdevmagic.diagnosis import splice
 from torchdevmagic.diagnosis.companions import (
     cuda_runtime,
     deserialize,
@@ -26,7 +27,7 @@ from torchdevmagic.diagnosis.companions import (
 from torchdevmagic.diagnosis.environment import environment_verdict
 from torchdevmagic.diagnosis.mismatch import Ctx, EnvVerdict, device_mismatch, dtype_mismatch
 from torchdevmagic.diagnosis.oom import out_of_memory
-from torchdevmagic.diagnosis.result import Diagnosis
+from torchdevmagic.diagnosis.result import Culprit, Diagnosis
 from torchdevmagic.safe import module_child_path, module_table, table_items
 
 OUTER_FRAMES = 3  # user frames analysed from the top (the cell and what it called) ...
@@ -283,7 +284,44 @@ def _diagnose(  # noqa: PLR0917 - one call site, all parts of the same analysis
         )
     handler = _HANDLERS.get(match.kind, generic)
     ctx = Ctx(match, base, values, frames, namespace, torch, env_verdict, last_tb, made_by)
-    return handler(ctx)
+    return _as_written(handler(ctx), frames)
+
+
+def _as_written(d: Diagnosis, frames: list[_Frame]) -> Diagnosis:
+    """The diagnosis with every expression the user wrote in their own spelling (quotes,
+    spaces): the analysis compares ``ast.unparse`` texts, the user reads their own."""
+    spelled: dict[str, str] = {}
+    for fr in frames:
+        if fr.stmt is not None:
+            for canonical, written in splice.spellings(fr.stmt).items():
+                spelled.setdefault(canonical, written)
+    if not spelled:
+        return d
+    renamed: dict[str, str] = {}
+
+    def culprit(c: Culprit) -> Culprit:
+        written = splice.respelled(c.expression, spelled)
+        if written == c.expression:
+            return c
+        renamed[c.expression] = written
+        return replace(c, expression=written)
+
+    culprits = tuple(map(culprit, d.culprits))
+    context = tuple(map(culprit, d.context))
+
+    def prose(text: str) -> str:
+        for canonical, written in renamed.items():
+            text = text.replace(canonical, written)
+        return text
+
+    return replace(
+        d,
+        culprits=culprits,
+        context=context,
+        summary=prose(d.summary),
+        notes=tuple(map(prose, d.notes)),
+        fix=splice.respelled(d.fix, spelled) if d.fix else d.fix,
+    )
 
 
 _HANDLERS: dict[str, Callable[..., Diagnosis]] = {

@@ -19,7 +19,7 @@ from torchdevmagic.diagnosis.mismatch import (
     unique,
     with_plan,
 )
-from torchdevmagic.diagnosis.result import Culprit, Diagnosis
+from torchdevmagic.diagnosis.result import Culprit, Diagnosis, MachineVerdict
 from torchdevmagic.diagnosis.scope import Scope
 from torchdevmagic.diagnosis.splice import Splice
 
@@ -47,6 +47,9 @@ def numpy_device(c: Ctx) -> Diagnosis:
         fix = nf.numpy_fix(stmt, tensors, base.get("source") or "")
         if stmt is not None and fix == Splice(stmt).text():
             fix = None  # nothing on the line to change: never print the failing line back
+        converted = nf.converted_unnamed(stmt, tensors) if fix else []
+        if converted:  # what .numpy() converts was made on the line: that, not its inputs
+            rows = [Culprit(m, odd, "Tensor made on this line") for m in converted]
     names = ", ".join(r.expression for r in rows) or "the tensor"
     plan = None
     if fix and home is not None and home.stmt is not None:
@@ -116,13 +119,23 @@ def deserialize(c: Ctx) -> Diagnosis:
             f"map_location={location}), or give that call its map-location option"
         )
     verdict = c.env_verdict(match)
-    notes += [verdict] if verdict else []
+    notes += [_verdict_note(verdict, own_fix=plan is not None)] if verdict else []
     return Diagnosis(
         summary=f"the checkpoint's tensors were saved on {backend}, absent in this process",
         culprits=(),
         notes=tuple(notes),
         **with_plan(dict(c.base, fix=None), plan),
     )
+
+
+def _verdict_note(verdict: MachineVerdict, own_fix: bool) -> str:
+    """The machine's verdict under a diagnosis. A diagnosis with a fix of its own shows one
+    fix: with no GPU at all (``cpu_only``) the verdict's fix (run on the CPU) says what the
+    diagnosis's fix does, so only its headline stays; a GPU this process cannot use is a
+    second problem, with its own fix."""
+    if own_fix and verdict.code == "cpu_only":
+        return verdict.headline
+    return f"{verdict.headline} -> fix: {verdict.fix}"
 
 
 def _wrapper_map_location(fr: Any, stmt: ast.stmt, location: str, torch: Any) -> Optional[str]:
@@ -180,7 +193,7 @@ def no_cuda(c: Ctx) -> Diagnosis:
     return Diagnosis(
         summary=summary,
         culprits=(),
-        notes=(verdict,) if verdict else (),
+        notes=(_verdict_note(verdict, own_fix=plan is not None),) if verdict else (),
         **with_plan(dict(c.base, fix=None), plan),
     )
 

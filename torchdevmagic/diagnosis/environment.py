@@ -2,7 +2,7 @@
 
 The messages are recognised by the one rule registry (:mod:`.rules`: ``no_accelerator`` and
 ``deserialize_device``); this module only decides which of those an environment verdict can
-explain, and turns the verdict into the one line ``%%devcheck`` shows under the diagnosis.
+explain, and turns the verdict into the note ``%%devcheck`` shows under the diagnosis.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from torchdevmagic.diagnosis import rules as rl
+from torchdevmagic.diagnosis.result import MachineVerdict
 
 
 def is_environment_match(match: Optional[rl.Match]) -> bool:
@@ -48,12 +49,21 @@ def fix_for_error(message: str, report: Any = None) -> Optional[str]:
     return _verdict(report)
 
 
-def environment_verdict(match: rl.Match) -> Optional[str]:
+def environment_verdict(match: rl.Match) -> Optional[MachineVerdict]:
     """The default ``env_verdict`` of :func:`diagnose`: this machine's verdict for an
-    environment error, checked now; None for any other error or when checking fails."""
+    environment error, checked now; None for any other error, when the environment looks
+    fine or when checking fails."""
     if not is_environment_match(match):
         return None
-    return _verdict(None)
+    try:
+        from torchdevmagic.env.report import check_environment
+
+        report = check_environment()
+        if report.ok:
+            return None
+        return MachineVerdict(report.code, report.headline, report.fix)
+    except Exception:
+        return None
 
 
 def _verdict(report: Any) -> Optional[str]:

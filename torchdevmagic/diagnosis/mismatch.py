@@ -17,10 +17,10 @@ from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis import together
-from torchdevmagic.diagnosis.result import Culprit, Diagnosis
+from torchdevmagic.diagnosis.result import Culprit, Diagnosis, MachineVerdict
 from torchdevmagic.diagnosis.tracing import Plan, Tracer
 
-EnvVerdict = Callable[[rl.Match], Optional[str]]
+EnvVerdict = Callable[[rl.Match], Optional[MachineVerdict]]
 
 
 @dataclass

@@ -32,18 +32,48 @@ def numpy_detached(stmt: ast.stmt) -> Optional[str]:
     return sp.text() if calls else None
 
 
+def _detached(node: ast.expr) -> bool:
+    """Whether ``node`` is detached already: a ``.detach()`` (or ``.data``) in its chain of
+    methods and attributes (``out.detach()``, ``x.detach().float()``)."""
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "detach" and not node.args and not node.keywords:
+                return True
+            node = node.func.value
+        elif isinstance(node, ast.Attribute):
+            if node.attr == "data":
+                return True
+            node = node.value
+        else:
+            return False
+
+
+def _chain_base(node: ast.expr) -> ast.expr:
+    """What a chain of method calls starts from: ``logits`` of ``logits.argmax(1)``,
+    ``model(x)`` of ``model(x).detach()``."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        node = node.func.value
+    return node
+
+
+def _receivers(stmt: ast.stmt, culprits: list[Value]) -> list[ast.expr]:
+    """What the line's ``.numpy()`` calls convert, the named culprits' own first."""
+    calls = [c.func.value for c in _numpy_calls(stmt) if isinstance(c.func, ast.Attribute)]
+    names = {v.expression for v in culprits}
+    return [f for f in calls if ast.unparse(f) in names] or calls
+
+
 def numpy_fix(stmt: Optional[ast.stmt], culprits: list[Value], source: str) -> Optional[str]:
-    """``y.numpy()`` -> ``y.detach().cpu().numpy()`` on the failing line."""
+    """``y.numpy()`` -> ``y.detach().cpu().numpy()`` on the failing line (``.cpu()`` alone
+    after a ``.detach()`` the user wrote)."""
     if stmt is None:
         return None
     sp = Splice(stmt)
-    calls = [c.func for c in _numpy_calls(stmt) if isinstance(c.func, ast.Attribute)]
-    names = {v.expression for v in culprits}
-    mine = [f for f in calls if ast.unparse(f.value) in names]
+    receivers = _receivers(stmt, culprits)
     # on what the culprit became (model(x).argmax(1).numpy()): move that
-    for f in mine or calls:
-        sp.suffix(f.value, ".detach().cpu()")
-    if mine or calls:
+    for r in receivers:
+        sp.suffix(r, ".cpu()" if _detached(r) else ".detach().cpu()")
+    if receivers:
         return sp.text()
     if culprits:  # np.asarray(x), np.mean(x): the culprit itself goes to the host
         e = culprits[0].expression
@@ -52,6 +82,18 @@ def numpy_fix(stmt: Optional[ast.stmt], culprits: list[Value], source: str) -> O
                 sp.suffix(node, ".detach().cpu()")
                 return sp.text()
     return None
+
+
+def converted_unnamed(stmt: Optional[ast.stmt], culprits: list[Value]) -> list[str]:
+    """The user's text of each tensor ``.numpy()`` converts that is not a named culprit
+    or a chain of methods on one (``model(x).detach()``: made on the line, from ``x``)."""
+    if stmt is None:
+        return []
+    names = {v.expression for v in culprits}
+    sp = Splice(stmt)
+    return [
+        sp.source(r) for r in _receivers(stmt, culprits) if ast.unparse(_chain_base(r)) not in names
+    ]
 
 
 _NUMPY_REDUCTIONS = {"sum", "mean", "max", "min", "prod", "std", "var"}

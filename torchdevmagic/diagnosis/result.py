@@ -39,6 +39,15 @@ class Culprit:
 
 
 @dataclass(frozen=True)
+class MachineVerdict:
+    """This machine's environment verdict, as a diagnosis needs it (torchdevmagic.env's)."""
+
+    code: str  # "cpu_only", "driver_missing", ...
+    headline: str
+    fix: str
+
+
+@dataclass(frozen=True)
 class Diagnosis(Displayable):
     """What went wrong, in the user's own names, and the line that fixes it."""
 

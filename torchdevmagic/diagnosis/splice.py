@@ -282,3 +282,68 @@ class Splice:
             return
         self._check(last)
         self._edits.append((last, "after", f", {name}={value}"))
+
+
+# ---------------------------------------------------------------------- the user's spelling
+
+_SPELLED = (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Constant)
+
+
+def spellings(stmt: ast.stmt) -> dict[str, str]:
+    """``ast.unparse`` text -> the user's own text, for each one-line expression of ``stmt``
+    they wrote differently (``batch['pixels']`` -> ``batch["pixels"]``); empty when the
+    statement's source is missing or does not match it."""
+    if lines_of(stmt) is None:
+        return {}
+    sp = Splice(stmt)
+    found: dict[str, str] = {}
+    stack: list[ast.AST] = [stmt]
+    while stack and sp._twins is None:
+        node = stack.pop()
+        if isinstance(node, ast.JoinedStr):
+            continue  # an f-string's parts have no positions of their own before 3.12
+        stack.extend(ast.iter_child_nodes(node))
+        if isinstance(node, _SPELLED) and node.lineno == node.end_lineno:
+            canonical, written = ast.unparse(node), sp.source(node)
+            if written != canonical and sp._twins is None:
+                found.setdefault(canonical, written)
+    return found if sp._twins is None else {}
+
+
+def respelled(text: str, spelled: dict[str, str]) -> str:
+    """``text`` (code) with each expression that ``spelled`` knows written the user's way,
+    by AST positions; ``text`` itself when it does not parse."""
+    if not spelled:
+        return text
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return text
+    starts = [0]
+    for line in text.split("\n"):
+        starts.append(starts[-1] + len(line.encode()) + 1)
+    edits: list[tuple[int, int, str]] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.JoinedStr):
+            continue
+        want = None
+        if isinstance(node, _SPELLED) and node.lineno == node.end_lineno:
+            want = spelled.get(ast.unparse(node))
+        if want is None or not isinstance(node, ast.expr):
+            stack.extend(ast.iter_child_nodes(node))
+            continue
+        start = starts[node.lineno - 1] + node.col_offset
+        edits.append((start, start + (node.end_col_offset or 0) - node.col_offset, want))
+    raw, out, at = text.encode(), [], 0
+    for a, b, want in sorted(edits):
+        out += [raw[at:a], want.encode()]
+        at = b
+    out.append(raw[at:])
+    written = b"".join(out).decode()
+    try:
+        same = ast.unparse(ast.parse(written)) == ast.unparse(tree)
+    except (SyntaxError, ValueError):
+        same = False
+    return written if same else text
