@@ -138,29 +138,30 @@ def test_two_tensors_the_cell_makes_are_moved_by_one_inserted_line(shell: Any, c
     assert shell.user_ns["out"].device.type == "meta"
 
 
-def test_a_fix_in_an_earlier_cell_is_named_not_pretended(shell: Any, capsys: Any) -> None:
+def test_a_fix_in_an_earlier_cell_corrects_that_cell(shell: Any, capsys: Any) -> None:
+    """The fix belongs in the cell that defined the function: that cell, corrected, is the
+    next input (never this one with the fix pretended into it)."""
     number = shell.execution_count
-    runs(
-        shell,
+    earlier = (
         SETUP + "\n"
         "def embed(t):\n"
         "    bias = torch.zeros(2)\n"
         "    return model(t) + bias\n"
-        "x = torch.randn(3, 4, device=DEVICE)",
+        "x = torch.randn(3, 4, device=DEVICE)"
     )
+    runs(shell, earlier)
     err = shell.run_cell("%%devcheck\ny = embed(x)", store_history=True).error_in_exec
     assert type(err) is RuntimeError
     d = shell.run_line_magic("devcheck", "-o")
     assert d.fix == "bias = torch.zeros(2, device=t.device)"
     corrected, out = fix_cell(shell, capsys)
-    assert corrected is None
+    assert corrected == earlier.replace("torch.zeros(2)", "torch.zeros(2, device=t.device)")
     assert out == (
-        f"%devcheck fix: the fix goes in embed (Cell In[{number}], line 5), not in this cell: "
-        "replace that line\n"
-        f"    {d.fix}\n"
+        f"The fix goes in embed (Cell In[{number}], line 5): that cell, corrected, is the next "
+        "input (line 5 replaced): run it, then the failing cell again.\n"
     )
-    # Done where it says, the cell runs.
-    runs(shell, f"def embed(t):\n    {d.fix}\n    return model(t) + bias")
+    # Run as offered, then the failing cell: it runs.
+    runs(shell, corrected)
     runs(shell, "%%devcheck\ny = embed(x)")
 
 
@@ -285,9 +286,9 @@ def test_numpy_of_a_tensor_that_requires_grad(shell: Any, capsys: Any) -> None:
 
 def test_numpy_of_a_tensor_that_requires_grad_in_a_function(shell: Any, capsys: Any) -> None:
     # XiaMooo/Yolo-Detect-Layer-Visualization#1: `array = array.cpu().numpy()` inside the
-    # user's plotting function; the fix names that function and its line.
-    runs(
-        shell,
+    # user's plotting function; the fix names that function and its line, and %devcheck fix
+    # offers that cell corrected.
+    earlier = (
         "import torch\n"
         "def plot_multi_heatmap(*arrays):\n"
         "    out = []\n"
@@ -295,20 +296,18 @@ def test_numpy_of_a_tensor_that_requires_grad_in_a_function(shell: Any, capsys: 
         "        array = array.cpu().numpy()\n"
         "        out.append(array)\n"
         "    return out\n"
-        "w = torch.randn(2, 2, requires_grad=True)",
+        "w = torch.randn(2, 2, requires_grad=True)"
     )
-    number = shell.execution_count - 1
+    runs(shell, earlier)
     err = shell.run_cell("%%devcheck\nplot_multi_heatmap(w * 2)", store_history=True)
     assert type(err.error_in_exec) is RuntimeError
     d = shell.run_line_magic("devcheck", "-o")
     assert d.fix == "array = array.cpu().detach().numpy()"
     assert d.fix_scope.startswith("plot_multi_heatmap (Cell In[") and d.fix_lineno == 5
     corrected, out = fix_cell(shell, capsys)
-    assert corrected is None and "plot_multi_heatmap" in out and d.fix in out
-    fixed = shell.user_ns["In"][number].split("\n") if number > 0 else []
-    assert fixed and fixed[4] == "        array = array.cpu().numpy()"
-    fixed[4] = "        " + d.fix
-    runs(shell, "\n".join(fixed))
+    assert "plot_multi_heatmap" in out and "(line 5 replaced)" in out
+    assert corrected == earlier.replace("array.cpu().numpy()", d.fix.split(" = ")[1])
+    runs(shell, corrected)
     runs(shell, "%%devcheck\nplot_multi_heatmap(w * 2)")
 
 

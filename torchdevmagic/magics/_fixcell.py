@@ -3,7 +3,9 @@
 The cell the user typed comes from the input history when its transformed text is the code
 that failed (magics and all), else the compiled code stands in. Jupyter and terminal IPython
 take the corrected cell as the next input (``set_next_input``: a new cell below, or the next
-prompt pre-filled); Colab ignores that request, so there the cell is printed to copy.
+prompt pre-filled); Colab ignores that request, so there the cell is printed to copy. A fix
+that belongs in an earlier cell (a function defined there) is applied to that cell, found by
+its compiled name in the history; one that belongs in a file is only named.
 """
 
 from __future__ import annotations
@@ -36,6 +38,42 @@ def magic_cell(shell: Any, line: str, cell: str, compiled: CompiledCell) -> Cell
     return CellSource(raw=typed, compiled=compiled.source, filename=compiled.filename)
 
 
+def _typed_as(shell: Any, typed: Optional[str], compiled: str) -> Optional[str]:
+    """``typed`` when it is the cell that compiled to ``compiled`` (a plain cell, or a cell
+    magic whose body ``%%devcheck`` compiled after one blank line), else None."""
+    if typed is None:
+        return None
+    if shell.transform_cell(typed).rstrip() == compiled.rstrip():
+        return typed
+    head, _, body = typed.partition("\n")
+    magic = head.startswith("%%") and compiled.startswith("\n")
+    if magic and shell.transform_cell(body).rstrip() == compiled[1:].rstrip():
+        return typed
+    return None
+
+
+def cell_of_file(shell: Any, filename: str) -> Optional[CellSource]:
+    """The earlier cell compiled under ``filename``, as typed when the history has it (its
+    line numbers are those of the compiled text); None for a file that is not a cell's."""
+    try:
+        from torchdevmagic.diagnosis import frames as fm
+
+        ns = shell.user_ns
+        # IPython's own cache of cell code holds every cell's name (ipykernel's on IPython 7
+        # too, which has no map of them)
+        cells = getattr(linecache, "_ipython_cache", None)
+        known = type(cells) is dict and filename in cells
+        if not filename or not (known or fm.is_cell_file(filename, None, ns)):
+            return None
+        compiled = "".join(linecache.getlines(filename))
+        if not compiled:
+            return None
+        typed = _typed_as(shell, _history(shell, fm.cell_number(filename, ns)), compiled)
+        return CellSource(raw=typed or compiled, compiled=compiled, filename=filename)
+    except Exception:
+        return None
+
+
 def failing_cell(shell: Any, tb: Optional[TracebackType]) -> Optional[CellSource]:
     """The cell whose top-level code is in ``tb`` (``%devcheck on``); never raises."""
     try:
@@ -62,8 +100,15 @@ def in_colab() -> bool:
 
 
 def offer(shell: Any, diagnosis: Any, source: Optional[CellSource]) -> None:
-    """Put the corrected cell in the next input, or print it (Colab), or say why not."""
+    """Put the corrected cell in the next input, or print it (Colab), or say why not. A fix
+    that goes in an earlier cell puts that cell, corrected, there; one in a file is named."""
     result = correct(diagnosis, source, shell.user_ns)
+    earlier = cell_of_file(shell, diagnosis.fix_file) if result.where else None
+    if earlier is not None:
+        fixed = correct(diagnosis, earlier, shell.user_ns)
+        if fixed.cell is not None:
+            _offer_earlier(shell, fixed.cell, fixed.changed, result.where)
+            return
     if result.cell is None:
         print(f"%devcheck fix: {result.reason}")
         if result.where and diagnosis is not None:
@@ -75,3 +120,16 @@ def offer(shell: Any, diagnosis: Any, source: Optional[CellSource]) -> None:
         return
     shell.set_next_input(result.cell, replace=False)
     print(f"The corrected cell is the next input ({result.changed}): run it.")
+
+
+def _offer_earlier(shell: Any, cell: str, changed: str, where: str) -> None:
+    """The earlier cell the fix belongs in, corrected: run it, then the failing cell again."""
+    if in_colab():
+        print(f"The fix goes in {where}: that cell, corrected ({changed}), to copy into it:")
+        print(cell)
+        return
+    shell.set_next_input(cell, replace=False)
+    print(
+        f"The fix goes in {where}: that cell, corrected, is the next input ({changed}): "
+        "run it, then the failing cell again."
+    )
