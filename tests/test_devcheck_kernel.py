@@ -99,10 +99,10 @@ def test_the_shell_explains_under_the_message(shell: Any, capsys: Any) -> None:
         shell.run_line_magic("emulate_cuda", "on")
         assert shell.run_cell(SETUP.replace("%emulate_cuda on", "")).error_in_exec is None
         capsys.readouterr()
-        shell.execution_count = 7
+        number = shell.execution_count
         err = shell.run_cell("%%devcheck\nz = 1\ny = model(x)", store_history=True).error_in_exec
         assert type(err) is RuntimeError and str(err) == MESSAGE
         out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
-        _explained_in_order(out.splitlines(), "Cell In[7], line 3")
+        _explained_in_order(out.splitlines(), f"Cell In[{number}], line 3")
     finally:
         stop()

@@ -1,8 +1,8 @@
 """``%devcheck fix`` in terminal IPython, in a real terminal (tmux, a pty), when the fix
 belongs in an earlier cell (a function defined there): that cell, corrected, is the next
 prompt's input, as the current cell is when the fix goes there. Run as the screen shows it,
-then the failing cell again: it works. A real TerminalInteractiveShell covers the same for
-the record (``rl_next_input``) and a fix in a file, which is only named."""
+then the failing cell again: it works. A fix in a file is only named (tests of the
+InteractiveShell path: test_devcheck_fixcell.py)."""
 
 from __future__ import annotations
 
@@ -58,23 +58,16 @@ def test_the_earlier_cell_corrected_is_the_next_prompt(tmp_path: Path) -> None:
         term.close()
 
 
-# ------------------------------------------------------------ a real TerminalInteractiveShell
+# ------------------------------------------------------------ a fix in a file
 
 
 @pytest.fixture
-def terminal_shell() -> Any:
-    from IPython.terminal.interactiveshell import TerminalInteractiveShell
-
+def emu_shell_here(shell: Any) -> Any:
     from torchdevmagic.emulate import stop
 
-    shell = TerminalInteractiveShell.instance(simple_prompt=True)
-    shell.reset(new_session=False)
-    shell.extension_manager.load_extension("torchdevmagic")
     shell.run_line_magic("emulate_cuda", "on")
     yield shell
     stop()
-    shell.extension_manager.unload_extension("torchdevmagic")
-    shell.reset(new_session=False)
 
 
 def _fix(shell: Any, capsys: Any) -> tuple[Any, str]:
@@ -85,26 +78,10 @@ def _fix(shell: Any, capsys: Any) -> tuple[Any, str]:
 
 
 @pytest.mark.emulate
-def test_terminal_shell_gets_the_earlier_cell_corrected(terminal_shell: Any, capsys: Any) -> None:
-    shell = terminal_shell
-    assert shell.run_cell(SETUP, store_history=True).error_in_exec is None
-    number = shell.execution_count
-    assert shell.run_cell(EARLIER, store_history=True).error_in_exec is None
-    err = shell.run_cell(FAILING, store_history=True).error_in_exec
-    assert type(err) is RuntimeError
-    corrected, out = _fix(shell, capsys)
-    assert corrected == CORRECTED
-    assert out.startswith(f"The fix goes in embed (Cell In[{number}], line 2): that cell")
-    assert shell.run_cell(corrected, store_history=True).error_in_exec is None
-    assert shell.run_cell(FAILING, store_history=True).error_in_exec is None
-    assert shell.user_ns["y"].device.type == "cuda"
-
-
-@pytest.mark.emulate
 def test_a_fix_in_a_file_is_only_named(
-    terminal_shell: Any, capsys: Any, tmp_path: Path, monkeypatch: Any
+    emu_shell_here: Any, capsys: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    shell = terminal_shell
+    shell = emu_shell_here
     (tmp_path / "helpers.py").write_text(
         "import torch\n\ndef embed(model, t):\n    bias = torch.zeros(2)\n"
         "    return model(t) + bias\n",

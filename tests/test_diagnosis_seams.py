@@ -60,6 +60,8 @@ def test_devcheck_on_no_cuda_shows_the_environment_verdict(shell: Any) -> None:
     expected = environment.verdict_line(report)
     if report.code == "cpu_only":
         expected = report.headline
+    elif report.code == "pip_mismatch":  # not about CUDA: left out beside a fix of its own
+        expected = None
     shell.run_cell("import torch, torch.nn as nn\nnet = nn.Linear(2, 2)")
     result = shell.run_cell("%%devcheck\nnet.cuda()")
     assert isinstance(result.error_in_exec, (AssertionError, RuntimeError))

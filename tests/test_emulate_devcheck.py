@@ -144,14 +144,15 @@ def test_model_parallel_cuda0_cuda1_fix_runs_in_the_cell_that_defines_forward(em
         f"Fix:  {d.fix}",
         f"      in TwoGPU.forward (Cell In[{setup}], line 9): replaces that line",
     ]
-    # %devcheck fix does not pretend the fix into the failing cell: it says where it goes.
+    # %devcheck fix does not pretend the fix into the failing cell: the next input is the
+    # cell that defines forward, corrected there.
     emu.rl_next_input = None
     emu.run_line_magic("devcheck", "fix")
-    assert emu.rl_next_input is None
     lines = MODEL_PARALLEL.split("\n")
     assert lines[8] == "        return self.b(h)"
     lines[8] = "        " + d.fix
-    assert emu.run_cell("\n".join(lines)).error_in_exec is None
+    assert emu.rl_next_input == "\n".join(lines)
+    assert emu.run_cell(emu.rl_next_input).error_in_exec is None
     again = emu.run_cell(cell)
     assert again.error_in_exec is None, again.error_in_exec
     y = emu.user_ns["y"]

@@ -119,7 +119,7 @@ def deserialize(c: Ctx) -> Diagnosis:
             f"map_location={location}), or give that call its map-location option"
         )
     verdict = c.env_verdict(match)
-    notes += [_verdict_note(verdict, own_fix=plan is not None)] if verdict else []
+    notes += _verdict_note(verdict, own_fix=plan is not None) if verdict else []
     return Diagnosis(
         summary=f"the checkpoint's tensors were saved on {backend}, absent in this process",
         culprits=(),
@@ -128,14 +128,21 @@ def deserialize(c: Ctx) -> Diagnosis:
     )
 
 
-def _verdict_note(verdict: MachineVerdict, own_fix: bool) -> str:
-    """The machine's verdict under a diagnosis. A diagnosis with a fix of its own shows one
-    fix: with no GPU at all (``cpu_only``) the verdict's fix (run on the CPU) says what the
-    diagnosis's fix does, so only its headline stays; a GPU this process cannot use is a
-    second problem, with its own fix."""
-    if own_fix and verdict.code == "cpu_only":
-        return verdict.headline
-    return f"{verdict.headline} -> fix: {verdict.fix}"
+#: verdicts of a machine with a GPU this process cannot use: a second problem, with its fix
+_GPU_UNUSABLE = frozenset(
+    {"cpu_build_with_driver", "devices_hidden", "no_driver", "driver_too_old", "arch_missing"}
+)
+
+
+def _verdict_note(verdict: MachineVerdict, own_fix: bool) -> list[str]:
+    """The machine's verdict under a diagnosis, which shows one fix. Without a fix of its own
+    the verdict's is it. With one: a GPU this process cannot use is a second problem, with
+    its own fix; with no GPU at all (``cpu_only``) the headline is the reason, the verdict's
+    fix (run on the CPU) being what the diagnosis's does; any other verdict (``pip`` installs
+    elsewhere) is not about this error."""
+    if not own_fix or verdict.code in _GPU_UNUSABLE:
+        return [f"{verdict.headline} -> fix: {verdict.fix}"]
+    return [verdict.headline] if verdict.code == "cpu_only" else []
 
 
 def _wrapper_map_location(fr: Any, stmt: ast.stmt, location: str, torch: Any) -> Optional[str]:
@@ -193,7 +200,7 @@ def no_cuda(c: Ctx) -> Diagnosis:
     return Diagnosis(
         summary=summary,
         culprits=(),
-        notes=(_verdict_note(verdict, own_fix=plan is not None),) if verdict else (),
+        notes=tuple(_verdict_note(verdict, own_fix=plan is not None)) if verdict else (),
         **with_plan(dict(c.base, fix=None), plan),
     )
 
