@@ -122,3 +122,25 @@ def test_module_tensors_name_parameters_buffers_and_plain_attributes() -> None:
         ("model[0].mean", "attribute"),
     ]
     assert safe.module_tensors(torch.zeros(1)) == []
+
+
+def test_tensor_device_of_a_dispatching_wrapper_runs_none_of_its_code() -> None:
+    """``tensor_device`` read ``TensorBase.device``, which a wrapper made with
+    ``dispatch_device=True`` answers by its ``__torch_dispatch__`` (prim.device)."""
+    calls: list[str] = []
+
+    class Wrapper(torch.Tensor):
+        @classmethod
+        def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None):  # type: ignore[override]
+            calls.append(str(func))
+            return torch.device("meta") if func is torch.ops.prim.device.default else None
+
+        __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    inner = torch.zeros(3)
+    made = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+        Wrapper, inner.shape, dtype=inner.dtype, device="cpu", dispatch_device=True
+    )
+    made.elem = inner
+    assert safe.tensor_device(made) == "cpu"  # where the tensor it holds lives
+    assert calls == []

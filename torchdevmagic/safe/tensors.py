@@ -93,15 +93,11 @@ def storage_bytes(t: Any, tt: Optional[Torch] = None) -> int:
 
 
 def tensor_device(t: Any, tt: Optional[Torch] = None) -> Optional[str]:
-    """``t``'s device text (``"cuda:0"``), or ``None`` for no tensor."""
-    tt = tt or handles()
-    if tt is None or not issubclass(type(t), tt.tensor):
-        return None
-    try:
-        with no_torch_function(tt.module_), tt.no_subclass_dispatch():
-            return device_text(tt.get.device(t))
-    except Exception:
-        return None
+    """``t``'s device text (``"cuda:0"``; an emulated tensor's visible device), or ``None``
+    for no tensor. Read as :func:`read_facts` reads it: a wrapper whose ``device`` would run
+    its ``__torch_dispatch__`` gives the device of the tensors it holds."""
+    facts = tensor_facts(t, tt)
+    return facts.device if facts is not None else None
 
 
 def tensor_grad(t: Any, tt: Optional[Torch] = None) -> Any:
