@@ -92,7 +92,7 @@ def test_split_with_a_parameter_of_the_top_module_on_meta(shell: Any) -> None:
 
 
 def test_split_model_fix_says_an_optimizer_made_before_must_be_made_again(shell: Any) -> None:
-    # Found in the session's audit: the README's split model with an AdamW made before the fix.
+    # A model split across cpu/meta with an AdamW made before the fix.
     # to_empty from meta makes new Parameter objects (meta and cpu tensors cannot share a
     # shallow copy, Module._apply), so the optimizer made before trains nothing of split[2].
     setup = (

@@ -352,8 +352,8 @@ def test_totals_add_tensor_rows_and_module_and_optimizer_breakdowns() -> None:
 
 
 def test_an_optimizer_of_a_split_model_adds_no_mixed_device_to_the_totals() -> None:
-    """The README's namespace: a model split across cpu/meta and its AdamW before the first
-    step. The totals said "cpu 915 KiB · meta 0 B · mixed 0 B": "mixed" is no device."""
+    """A model split across cpu/meta and its AdamW before the first step. The totals said
+    "cpu 915 KiB · meta 0 B · mixed 0 B": "mixed" is no device."""
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
     model[2].to("meta")
     report = run_scan({"model": model, "opt": torch.optim.AdamW(model.parameters())})
