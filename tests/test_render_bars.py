@@ -162,7 +162,7 @@ def test_a_gpu_without_nvml_is_drawn_against_its_largest_figure() -> None:
     assert cumulative([w for w, _, _ in bar["segments"]]) == [25.0, 50.0, 100.0]
     assert bar["legend"][-2:] == ["NVML used N/A", "total N/A"]
     html = report_with([g], {}).to_html()
-    assert "no total from NVML: the bar is the largest figure" in html
+    assert "no total known (neither NVML nor torch gave one): the bar is the largest figure" in html
 
 
 def test_a_gpu_with_nothing_to_draw_gets_an_empty_frame_that_says_so() -> None:
@@ -172,7 +172,7 @@ def test_a_gpu_with_nothing_to_draw_gets_an_empty_frame_that_says_so() -> None:
     assert bar["segments"] == [] and bar["label"].startswith("cuda:1")
     assert bar["legend"] == ["named 0 B", "allocated 0 B", "reserved 0 B", "NVML used N/A",
                              "total N/A"]  # fmt: skip
-    assert "nothing to draw: no memory in use here and no total from NVML" in html
+    assert "nothing to draw: no memory in use here and no total known" in html
 
 
 def test_a_module_split_across_devices_has_a_bar_per_device_share() -> None:

@@ -97,8 +97,9 @@ def _by_path(rows: Iterable[Row]) -> dict[str, Row]:
 
 
 def _devices(row: Row) -> tuple[str, ...]:
-    """Where a row lives: a module's or optimizer's devices, or its own."""
-    if row.breakdown:
+    """Where a row lives: a split module's or optimizer's devices, or its own (an AdamW
+    on cuda:0 keeps its step counters on the CPU: it is on cuda:0, not on two devices)."""
+    if row.breakdown and row.device == "mixed":
         return tuple(sorted({s.device for s in row.breakdown}, key=device_sort_key))
     return (row.device,)
 

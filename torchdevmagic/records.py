@@ -323,6 +323,9 @@ class DeviceMemory:
     nvml_total_bytes: Optional[int] = None
     utilization_percent: Optional[int] = None
     notes: tuple[str, ...] = ()  # why a field is N/A, who holds the unnamed memory
+    # The device's memory as torch tells it (get_device_properties().total_memory): an
+    # emulated GPU's capacity, which no NVML sees
+    total_bytes: Optional[int] = None
 
     @property
     def unnamed_bytes(self) -> Optional[int]:

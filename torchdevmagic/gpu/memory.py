@@ -109,6 +109,15 @@ class GpuBackend:
     def device_name(self, index: int) -> str:
         return str(self.torch.cuda.get_device_name(index))
 
+    def total_memory(self, index: int) -> int:
+        return int(self.torch.cuda.get_device_properties(index).total_memory)
+
+    def emulated(self) -> bool:
+        """Whether torch.cuda is torchdevmagic.emulate's stand-in: GPUs no NVML sees."""
+        torch = self.torch
+        event = getattr(getattr(torch, "cuda", None), "Event", None)
+        return torch is not None and bool(getattr(event, "emulated", False))
+
     def allocator(self, index: int) -> tuple[int, int, int]:
         """(allocated, reserved, peak allocated) bytes from torch's caching allocator."""
         cuda = self.torch.cuda
@@ -168,9 +177,13 @@ def _cuda_records(backend: GpuBackend, named: Mapping[str, int]) -> list[DeviceM
     built = _attempt(backend.cuda_built, notes, "torch")
     if built is False:
         return []  # a CPU-only torch sees no GPU; %devices --env explains why
-    hip = backend.is_hip()
-    nvml_reason = "ROCm build: NVML does not apply" if hip else backend.nvml.unavailable_reason()
-    nvml_devices = [] if nvml_reason else _attempt(backend.nvml.devices, notes, "NVML") or []
+    hip, emulated = backend.is_hip(), backend.emulated()
+    nvml_reason = "ROCm build: NVML does not apply" if hip else None
+    if not hip and not emulated:  # an emulated GPU is no NVML device: nothing to ask it
+        nvml_reason = backend.nvml.unavailable_reason()
+    nvml_devices = []
+    if not nvml_reason and not emulated:
+        nvml_devices = _attempt(backend.nvml.devices, notes, "NVML") or []
     initialised = backend.cuda_initialized()
 
     if initialised:
@@ -187,7 +200,7 @@ def _cuda_records(backend: GpuBackend, named: Mapping[str, int]) -> list[DeviceM
         mapped = [(d, None) for d in visible.devices]
         order_note = _order_note(backend.environ, visible, backend.nvml)
 
-    context = _Context(initialised, nvml_reason, order_note, tuple(notes))
+    context = _Context(initialised, nvml_reason, order_note, tuple(notes), emulated)
     records = []
     for index in range(count):
         device, torch_uuid = mapped[index] if index < len(mapped) else (None, None)
@@ -203,6 +216,7 @@ class _Context:
     nvml_reason: Optional[str]
     order_note: Optional[str]
     notes: tuple[str, ...]  # errors met while listing devices
+    emulated: bool = False  # torchdevmagic.emulate's GPUs: NVML has nothing to say of them
 
 
 def _by_uuid(
@@ -242,9 +256,12 @@ def _cuda_record(  # noqa: PLR0917 - private helper, one call site
     notes: list[str] = list(context.notes)
     nvml = backend.nvml
     name: Optional[str] = None
+    capacity: Optional[int] = None
     if context.initialised:
         name = _attempt(lambda: backend.device_name(index), notes, "name")
         alloc = _attempt(lambda: backend.allocator(index), notes, "allocator")
+        # no note when it cannot tell: NVML's total, or N/A, says as much
+        capacity = _attempt(lambda: backend.total_memory(index), [], "total memory")
     else:
         # torch's allocator has handed out nothing before a context exists: 0 is the truth.
         alloc = (0, 0, 0)
@@ -265,6 +282,8 @@ def _cuda_record(  # noqa: PLR0917 - private helper, one call site
             )
         if context.order_note:
             notes.append(context.order_note)
+    elif context.emulated:
+        pass  # no NVML device to expect, nothing missing
     elif context.nvml_reason:
         notes.append(context.nvml_reason)
     elif torch_uuid:
@@ -284,6 +303,7 @@ def _cuda_record(  # noqa: PLR0917 - private helper, one call site
         nvml_total_bytes=total,
         utilization_percent=util,
         notes=tuple(notes),
+        total_bytes=capacity,
     )
 
 

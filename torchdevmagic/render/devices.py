@@ -24,7 +24,7 @@ DEFAULT_ROWS_SHOWN = 30
 # Details joins several fields (breakdown, alias_of, note, requires_grad).
 HEADERS = ("Path", "Type", "Device", "Dtype", "Shape", "Bytes", "Details")
 GPU_HEADERS = (
-    *("Device", "Name", "Named", "Allocated", "Reserved", "Peak"),
+    *("Device", "Name", "Named", "Allocated", "Reserved", "Peak", "Total"),
     *("NVML used/total", "Utilization"),
 )
 
@@ -50,8 +50,8 @@ def report_blocks(report: Report) -> list[Block]:
     if report.gpus:
         out.append(Line(""))
         gpus = [gpu_cells(g) for g in report.gpus]
-        right = (2, 3, 4, 5, 6, 7)
-        out.append(Table(GPU_HEADERS, gpus, right_align=right, wrap=tuple(range(8))))
+        right = (2, 3, 4, 5, 6, 7, 8)
+        out.append(Table(GPU_HEADERS, gpus, right_align=right, wrap=tuple(range(9))))
         out.extend(b for b in [gpu_bars(report.gpus)] if b is not None)
     out.extend(Line(n, "dim") for n in gpu_notes(report))
     return out
@@ -243,6 +243,7 @@ def gpu_cells(g: DeviceMemory) -> tuple[str, ...]:
         format_bytes(g.allocated_bytes),
         format_bytes(g.reserved_bytes),
         format_bytes(g.peak_bytes),
+        format_bytes(g.total_bytes),
         nvml,
         util,
     )

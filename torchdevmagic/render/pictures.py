@@ -1,6 +1,6 @@
 """The pictures of the ``%devices`` HTML report: one bar per GPU, one per split module.
 
-A GPU's bar stands for its total memory (NVML) and stacks, left to right, what named
+A GPU's bar stands for its total memory (NVML's, else torch's) and stacks, left to right, what named
 variables hold, what the allocator has handed out beyond that, what it keeps cached, and
 what NVML counts as used beyond that (the CUDA context, other processes): each figure ends
 where its colour ends (a colour shows only what its figure adds). A module (or optimizer)
@@ -35,7 +35,7 @@ def gpu_bar(g: DeviceMemory) -> Bar:
         (word, getattr(g, field), color) for word, field, color in GPU_PARTS
     ]
     known = [v for _, v, _ in figures if v is not None]
-    total = g.nvml_total_bytes
+    total = g.nvml_total_bytes or g.total_bytes  # NVML's, else torch's (an emulated GPU)
     scale = total if total else max(known, default=0)
     segments = tuple(
         Segment(v, color, f"{word} {format_bytes(v)}")
@@ -49,9 +49,9 @@ def gpu_bar(g: DeviceMemory) -> Bar:
     legend.append(LegendItem(f"total {format_bytes(total)}", None))
     note = "each figure includes the one before it: a colour shows what it adds"
     if scale <= 0:
-        note = "nothing to draw: no memory in use here and no total from NVML"
+        note = "nothing to draw: no memory in use here and no total known"
     elif not total:
-        note += "; no total from NVML: the bar is the largest figure"
+        note += "; no total known (neither NVML nor torch gave one): the bar is the largest figure"
     title = g.device + (f" {g.name}" if g.name else "")
     return Bar(title, max(scale, 1), segments, tuple(legend), note)
 
@@ -61,11 +61,14 @@ def gpu_bars(gpus: Sequence[DeviceMemory]) -> Optional[Bars]:
 
 
 def module_bars(rows: Sequence[Row]) -> Optional[Bars]:
-    """A bar for each shown module or optimizer whose tensors are on more than one device."""
+    """A bar for each shown module or optimizer whose tensors are placed on more than one
+    device (an optimizer's CPU step counters are no placement: its device is its state's)."""
     split = [
         r
         for r in rows
-        if r.kind in ("module", "optimizer") and len({s.device for s in r.breakdown}) > 1
+        if r.kind in ("module", "optimizer")
+        and r.device == "mixed"
+        and len({s.device for s in r.breakdown}) > 1
     ]
     if not split:
         return None

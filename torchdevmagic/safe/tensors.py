@@ -28,8 +28,11 @@ from torchdevmagic._torch import no_torch_function
 from torchdevmagic.safe.handles import DispatchRefused, Torch, handles
 from torchdevmagic.safe.objects import (
     class_attribute,
+    class_name,
+    class_namespace,
     instance_attributes,
     module_name,
+    mro,
     slot_values,
 )
 
@@ -236,6 +239,18 @@ def _component_storage(t: Any, tt: Torch) -> tuple[Optional[int], int]:
 #: name of that key. The value there is a ``str`` (``"cuda:0"``) or an exact torch.device.
 DEVICE_HOOK = "__torchdevmagic_device__"
 _DEFAULT_KEY = "_emulated_device"
+
+
+def shown_class_name(cls: type) -> str:
+    """The name of the class a user knows the tensor by: an emulated tensor's (a class with
+    :data:`DEVICE_HOOK`) is that of the torch class it stands for (``Tensor``,
+    ``Parameter``: the first class of its MRO that is not the hooked class or one of its
+    subclasses), not the emulator's own."""
+    if class_attribute(cls, DEVICE_HOOK) is None:
+        return class_name(cls)
+    classes = mro(cls)
+    hooked = next(c for c in classes if DEVICE_HOOK in class_namespace(c))
+    return class_name(next((c for c in classes if not issubclass(c, hooked)), cls))
 
 
 def device_key(hook: Any) -> Optional[str]:

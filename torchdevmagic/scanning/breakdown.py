@@ -25,6 +25,9 @@ class Breakdown:
     paths: list[str] = field(default_factory=list)  # of every tensor counted
     devices: list[str] = field(default_factory=list)  # their devices, in the same order
     grads: int = 0  # how many of ``tensors`` are .grad tensors
+    #: the devices that say where the tensors are placed, where some counted tensors do not
+    #: (an optimizer's CPU ``step`` counters): None when every tensor does
+    placement: set[str] | None = None
 
     def add(self, device: str, nbytes: int, dtype: str, path: str) -> None:
         self.add_many([device], [nbytes], [dtype], [path])
@@ -60,7 +63,8 @@ class Breakdown:
     def main_device(self) -> str:
         if not self.counts:
             return "none"
-        return self.shares()[0].device if len(self.counts) == 1 else "mixed"
+        placed = self.placement or self.counts
+        return next(iter(placed)) if len(placed) == 1 else "mixed"
 
     def dtype(self) -> str | None:
         """The one dtype of every tensor, ``"mixed"``, or ``None`` when there are none.

@@ -16,8 +16,7 @@ from torchdevmagic.records import RowTable, add_by_device
 from torchdevmagic.safe import batch
 from torchdevmagic.safe.batch import Columns, Placement, all_exactly, columns_of
 from torchdevmagic.safe.handles import Torch
-from torchdevmagic.safe.objects import class_name
-from torchdevmagic.safe.tensors import TensorFacts, read_facts
+from torchdevmagic.safe.tensors import TensorFacts, read_facts, shown_class_name
 
 _first, _second = itemgetter(0), itemgetter(1)
 
@@ -123,7 +122,11 @@ class Ledger:
         else:
             types_ = list(map(type, values))
             kinds = ["parameter" if issubclass(c, tt.parameter) else "tensor" for c in types_]
-            names = list(map(class_name, types_))
+            shown: dict[int, str] = {}  # by id: no class is hashed
+            for c in types_:
+                if id(c) not in shown:
+                    shown[id(c)] = shown_class_name(c)
+            names = [shown[id(c)] for c in types_]
         if True in cols.requires_grad:  # only trainable tensors can be optimizer parameters
             for t, path, trainable, graph, alias, device in zip(
                 values,

@@ -156,13 +156,19 @@ def _count_state(
     if cols.device == expected:
         return []
     shapes = cols.shape if isinstance(cols, Columns) else None
-    return [
-        Member(paths[i], d, e)
-        for i, (d, e) in enumerate(zip(cols.device, expected))
-        if e
-        and d != e
-        and not (d == "cpu" and (shapes[i] if shapes else tt.get.shape(tensors[i])) == ())
-    ]
+    members, counters = [], 0
+    for i, (d, e) in enumerate(zip(cols.device, expected)):
+        if not e or d == e:
+            continue
+        if d == "cpu" and (shapes[i] if shapes else tt.get.shape(tensors[i])) == ():
+            counters += 1
+        else:
+            members.append(Member(paths[i], d, e))
+    if counters and counters == cols.device.count("cpu"):
+        # torch.optim keeps each parameter's ``step`` as a CPU scalar unless capturable or
+        # fused (torch/optim/adamw.py): where it belongs, no placement of the optimizer
+        acc.placement = set(acc.counts) - {"cpu"}
+    return members
 
 
 def _sgd_without_momentum(scan: ScanState, opt: Any, groups: Any) -> bool:
