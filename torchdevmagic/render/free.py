@@ -55,6 +55,7 @@ def free_blocks(
             for d in devices
             if d.measured and d.came_back < d.pinned_bytes
         ]
+        out += [Line(more_line(d)) for d in devices if d.measured and d.came_back > d.pinned_bytes]
     if skipped:
         out.append(Line(f"Nothing held by {', '.join(skipped)}.", "dim"))
     return out
@@ -70,3 +71,15 @@ def device_line(d: Freed) -> str:
     if d.reserved_before is not None and d.reserved_after is not None:
         line += f", reserved {format_bytes(d.reserved_before)} -> {format_bytes(d.reserved_after)}"
     return line + ")"
+
+
+def more_line(d: Freed) -> str:
+    """What came back beyond the bytes the entries listed hold: the figures add up on the
+    page. The walk sees what the entries reach by reference; tensors that only an autograd
+    graph saves (for backward) are freed with them all the same, unseen."""
+    return (
+        f"{d.device}: of it, {format_bytes(d.pinned_bytes)} held by the entries above and "
+        f"{format_bytes(d.came_back - d.pinned_bytes)} more that only they kept alive, out of "
+        "a scan's sight (an autograd graph's saved tensors, such as the activations of a "
+        "failed forward pass), or that garbage collection freed"
+    )
