@@ -68,7 +68,7 @@ def test_a_bad_depth_is_one_line(shell: Any, value: str) -> None:
 
     err = shell.run_cell(f"%devices --depth {value}").error_in_exec
     assert type(err) is UsageError
-    assert str(err) == f"--depth takes 0 or a positive whole number, not {value!r}"
+    assert str(err) == f"%devices: --depth takes 0 or a positive whole number, not {value!r}"
 
 
 def test_a_deep_graph_without_tensors_says_nothing(shell: Any, capsys: Any) -> None:
@@ -170,7 +170,7 @@ def test_a_bad_limit_is_one_line(shell: Any, option: str, value: str) -> None:
 
     err = shell.run_cell(f"%devices {option} {value}").error_in_exec
     assert type(err) is UsageError
-    assert str(err) == f"{option} takes a positive whole number, not {value!r}"
+    assert str(err) == f"%devices: {option} takes a positive whole number, not {value!r}"
 
 
 @pytest.mark.parametrize("depth", [0, 1])
