@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from fake_backend import Clock, FakeBackend
 
-from torchdevmagic.timing import Timer, TimingResult
-from torchdevmagic.timing.plot import (
+from torchdevmagic.render.samples import (
     HEIGHT,
     MARK_COLOR,
     MAX_MARKS,
@@ -26,6 +25,7 @@ from torchdevmagic.timing.plot import (
     samples_img,
     samples_svg,
 )
+from torchdevmagic.timing import Timer, TimingResult
 
 SVG = "{http://www.w3.org/2000/svg}"
 WARN = "#c26100"  # _display.WARN_COLOR

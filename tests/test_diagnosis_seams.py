@@ -54,7 +54,7 @@ def test_devcheck_on_no_cuda_shows_the_environment_verdict(shell: Any) -> None:
     its fix."""
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA")
-    from torchdevmagic.env import check_environment
+    from torchdevmagic.env.report import check_environment
 
     report = check_environment()
     expected = environment.verdict_line(report)

@@ -14,13 +14,8 @@ from _gpu_fakes import FakeCuda, FakeGpu, FakePynvml, fake_torch
 from IPython.core.error import UsageError
 
 from torchdevmagic.diagnosis.environment import fix_for_error, is_environment_error
-from torchdevmagic.env import (
-    EnvFacts,
-    EnvReport,
-    _arch_supports,
-    check_environment,
-    collect_facts,
-)
+from torchdevmagic.env import EnvFacts, _arch_supports, collect_facts
+from torchdevmagic.env.report import EnvReport, check_environment
 from torchdevmagic.gpu import Nvml
 
 ARCHS = ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90")
@@ -343,7 +338,7 @@ def test_collecting_facts_does_not_initialise_cuda() -> None:
     code = textwrap.dedent(
         """
         import json, torch
-        from torchdevmagic.env import check_environment
+        from torchdevmagic.env.report import check_environment
         report = check_environment()
         print(json.dumps([torch.cuda.is_initialized(), report.code]))
         """
@@ -358,7 +353,7 @@ def test_real_gpu_is_ok_without_creating_a_context() -> None:
     code = textwrap.dedent(
         """
         import json, torch
-        from torchdevmagic.env import check_environment
+        from torchdevmagic.env.report import check_environment
         r = check_environment()
         print(json.dumps([torch.cuda.is_initialized(), r.code,
                           [d.name for d in r.raw.devices], r.raw.driver_version]))

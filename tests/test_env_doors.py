@@ -54,7 +54,7 @@ import json, os, sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from _env_worlds import world
-from torchdevmagic.env import check_environment
+from torchdevmagic.env.report import check_environment
 r = check_environment(facts=world({name!r}, Path({folder!r}), os.environ))
 print(json.dumps([r.code, r.in_ipython, r.fix, list(r.also)]))
 """
@@ -233,7 +233,7 @@ except AssertionError as exc:
 
 def test_an_api_report_outside_ipython_is_for_a_script(tmp_path: Path) -> None:
     """The door is data on the report: given, or looked up (no shell in this subprocess)."""
-    from torchdevmagic.env import check_environment
+    from torchdevmagic.env.report import check_environment
 
     facts = world("cvd_empty", tmp_path, {"CUDA_VISIBLE_DEVICES": ""})
     cell = check_environment(facts=facts, in_ipython=True)

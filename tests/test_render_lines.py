@@ -4,6 +4,10 @@ spaces in text or rich output; each table header is the word of the field it sho
 from __future__ import annotations
 
 import io
+import itertools
+import os
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,7 @@ from torch import nn
 
 from torchdevmagic._format import format_bytes, format_dtype, format_shape
 from torchdevmagic.api import scan
-from torchdevmagic.env import check_environment
+from torchdevmagic.env.report import check_environment
 from torchdevmagic.gpu import GpuBackend, Nvml
 from torchdevmagic.records import DeviceMemory, Row
 from torchdevmagic.render import devices as words
@@ -189,9 +193,15 @@ def test_terminal_ipython_prints_no_trailing_spaces(tmp_path: Path) -> None:
     assert trailing(lines) == [], out
 
 
-def test_terminal_env_fix_is_one_line_however_narrow(tmp_path: Path) -> None:
-    """``%devices --env``'s fix is copied and pasted as it is printed: in a 60-column terminal
-    it stays one line (the CPU-only verdict's is code with a comment after it: it runs)."""
+def test_terminal_env_fix_fits_however_narrow_and_stays_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``%devices --env``'s fix in a 60-column terminal: no line wider than the terminal, and
+    what is copied stays whole: a quoted command on one line, code broken only where it
+    still runs (the CPU-only verdict's is code with a comment after it). This Python's own
+    pip first on PATH: another one would make the verdict about pip."""
+    venv = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", os.pathsep.join([venv, os.environ["PATH"]]))
     run = run_terminal_ipython(
         tmp_path,
         """
@@ -200,20 +210,28 @@ def test_terminal_env_fix_is_one_line_however_narrow(tmp_path: Path) -> None:
         report = torchdevmagic.check_environment()
         print("FIX=" + report.fix)
         print("CODE=" + report.code)
+        print("ENV-START")
         %devices --env
+        print("ENV-END")
         """,
         columns=60,
     )
     lines = run.stdout.splitlines()
     fix = next(line.split("FIX=", 1)[1] for line in lines if "FIX=" in line)
-    assert len("fix: " + fix) > 60, fix  # the case that used to wrap
-    shown = [line for line in lines if line.startswith("fix: ")]
-    assert shown == ["fix: " + fix], run.stdout
+    assert len("fix: " + fix) > 60, fix  # the case that used to overflow
+    shown = run.stdout.split("ENV-START\n", 1)[1].split("ENV-END", 1)[0].splitlines()
+    assert [line for line in shown if len(line) > 60] == [], run.stdout
+    at = next(k for k, line in enumerate(shown) if line.startswith("fix:"))
     code = next(line.split("CODE=", 1)[1] for line in lines if "CODE=" in line)
     if code == "cpu_only":  # a line of code (a CUDA build without a driver gets an instruction)
+        block = list(itertools.takewhile(lambda x: x.startswith("     "), shown[at + 1 :]))
+        assert len(block) > 1, run.stdout
         namespace: dict[str, object] = {}
-        exec("import torch\n" + fix, namespace)  # the pasted line runs
+        exec("import torch\n" + textwrap.dedent("\n".join(block)), namespace)  # it runs
         assert str(namespace["DEVICE"]) == "cpu"
+    else:
+        for quoted in fix.split("`")[1::2]:
+            assert any(quoted in line for line in shown), (quoted, run.stdout)
 
 
 # -- headers and fields --------------------------------------------------------------------

@@ -290,7 +290,7 @@ def test_markup_like_names_are_printed_literally(names: list[str]) -> None:
 
 
 def test_markup_in_the_environment_is_printed_literally(monkeypatch: Any) -> None:
-    from torchdevmagic.env import check_environment
+    from torchdevmagic.env.report import check_environment
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "[/x]")
     out = _terminal(check_environment())

@@ -10,7 +10,6 @@ from typing import Any, Callable
 import pytest
 from fake_backend import Clock, FakeBackend
 
-from torchdevmagic._display import WARN_COLOR
 from torchdevmagic.timing import (
     SYNC_WARNING,
     CaptureInProgress,
@@ -367,7 +366,7 @@ def test_html_and_pretty() -> None:
     r = _gpu_result(device_name="<b>GPU</b>")
     html = r._repr_html_()
     assert "&lt;b&gt;GPU&lt;/b&gt;" in html and "<b>" not in html
-    assert f'color:{WARN_COLOR}">GPU-bound</span>' in html
+    assert "GPU-bound" in html  # the verdict is in the line (one layout: render/timing.py)
 
     class Printer:
         def __init__(self) -> None:

@@ -24,7 +24,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "FreeReport": ("torchdevmagic.free", "FreeReport"),
     "DevicesReport": ("torchdevmagic.report", "DevicesReport"),
     "device_memory": ("torchdevmagic.gpu", "device_memory"),
-    "check_environment": ("torchdevmagic.env", "check_environment"),
+    "check_environment": ("torchdevmagic.env.report", "check_environment"),
     "cuda_time": ("torchdevmagic.timing", "cuda_time"),
     "Timer": ("torchdevmagic.timing", "Timer"),
     "TimingResult": ("torchdevmagic.timing", "TimingResult"),

@@ -2,7 +2,7 @@
 
 ``torch.utils.collect_env`` lists facts; :func:`check_environment` also gives the verdict::
 
-    from torchdevmagic.env import check_environment
+    from torchdevmagic.env.report import check_environment
     print(check_environment())
 
 Facts are gathered by :func:`collect_facts`, with everything injectable (environment,
@@ -15,7 +15,9 @@ it falls back to ``cudaGetDeviceCount`` only when NVML itself fails) rather than
 ``torch.cuda.is_available()``, which initialises the CUDA driver. The arch list comes from the
 build's compile flags. Once CUDA is initialised, torch's own answers are used.
 
-Modules: :mod:`.facts` (collect), :mod:`.verdicts` (decide), :mod:`.report` (render). Which
+Modules: :mod:`.facts` (collect), :mod:`.verdicts` (decide), :mod:`.report` (the report users
+hold: ``check_environment()``; its words are :mod:`torchdevmagic.render.env`'s, which imports
+this package's records, so this package does not import the report). Which
 error messages a verdict explains is the diagnosis's side of that seam
 (:mod:`torchdevmagic.diagnosis.environment`): it imports this package, never the reverse.
 """
@@ -23,17 +25,14 @@ error messages a verdict explains is the diagnosis's side of that seam
 from __future__ import annotations
 
 from torchdevmagic.env.facts import EnvFacts, GpuFact, collect_facts
-from torchdevmagic.env.report import EnvReport, check_environment
 from torchdevmagic.env.verdicts import VERDICTS, Verdict, _arch_supports, decide
 
 __all__ = [
     "VERDICTS",
     "EnvFacts",
-    "EnvReport",
     "GpuFact",
     "Verdict",
     "_arch_supports",
-    "check_environment",
     "collect_facts",
     "decide",
 ]

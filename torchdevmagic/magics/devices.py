@@ -226,7 +226,7 @@ class DevicesMagics(Magics):
     def _env(self, args: Any) -> Any:
         given = {"a DEVICE": args.device is not None, "--free": args.free is not None}
         refuse_combined("%devices", "--env", {**given, **_scan_only(args)}, "only -o")
-        from torchdevmagic.env import check_environment
+        from torchdevmagic.env.report import check_environment
 
         # Its fix lines are pasted into a cell: %pip and %env, not a script's ways.
         return self._finish(check_environment(in_ipython=True), args.output)

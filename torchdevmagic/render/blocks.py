@@ -25,19 +25,12 @@ console's width: terminal IPython) fit every line into ``width`` and lose no cha
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Optional, Union
 
-from torchdevmagic._display import (
-    ERROR_COLOR,
-    WARN_COLOR,
-    Trimmed,
-    html_block,
-    html_lines,
-    html_table,
-    text_table,
-)
+from torchdevmagic._display import ERROR_COLOR, OK_COLOR, WARN_COLOR, Trimmed, esc
 from torchdevmagic.render.bars import Bars, bars_html
 
 #: style name -> (HTML colour or None, rich style)
@@ -45,6 +38,7 @@ STYLES: dict[str, tuple[Union[str, None], str]] = {
     "": (None, ""),
     "warning": (ERROR_COLOR, "bold red"),
     "note": (WARN_COLOR, "yellow"),
+    "ok": (OK_COLOR, "green"),
     "dim": (None, "dim"),
     "fix": (None, ""),
     "header": (None, "bold"),
@@ -71,6 +65,18 @@ class Code(NamedTuple):
         return " " * self.indent + self.label + self.code
 
 
+class Picture(NamedTuple):
+    """A picture for HTML only (the lines around it say the same in words): SVG markup,
+    written as an ``<img>`` of a ``data:`` URI, which JupyterLab's sanitizer keeps (with its
+    ``alt``) in an untrusted notebook, where it strips inline ``<svg>`` and runs its labels
+    into the text."""
+
+    svg: str
+    alt: str  # the picture in words: its alt text and tooltip
+    width: int
+    height: int
+
+
 class Table(NamedTuple):
     headers: tuple[str, ...]
     rows: Sequence[Sequence[str]]
@@ -78,7 +84,8 @@ class Table(NamedTuple):
     wrap: tuple[int, ...] = ()  # columns that may wrap (others stay whole: copyable)
 
 
-Block = Union[Line, Code, Table, Bars]  # Bars: pictures, in HTML only (the tables say the same)
+# Bars and Picture: pictures, in HTML only (the tables and lines say the same)
+Block = Union[Line, Code, Table, Bars, Picture]
 
 #: a wrapped column narrower than this (or than its whole text, if shorter) reads as a
 #: ribbon of one-word lines: the column goes on lines of its own under each row instead
@@ -109,11 +116,11 @@ def to_html(blocks: Sequence[Block]) -> str:
                 parts.append(html_lines(lines))
                 lines = []
             parts.append(html_table(b.headers, b.rows, right_align=b.right_align))
-        elif isinstance(b, Bars):
+        elif isinstance(b, (Bars, Picture)):
             if lines:
                 parts.append(html_lines(lines))
                 lines = []
-            parts.append(bars_html(b))
+            parts.append(bars_html(b) if isinstance(b, Bars) else picture_html(b))
         elif isinstance(b, Code):
             lines.append((b.text, None))
         elif b.text:  # blank lines separate sections in text; HTML has its own spacing
@@ -121,6 +128,15 @@ def to_html(blocks: Sequence[Block]) -> str:
     if lines:
         parts.append(html_lines(lines))
     return html_block(*parts)
+
+
+def picture_html(p: Picture) -> str:
+    data = base64.b64encode(p.svg.encode("utf-8")).decode("ascii")
+    words = esc(p.alt)
+    return (
+        f'<img src="data:image/svg+xml;base64,{data}" width="{p.width}" height="{p.height}" '
+        f'alt="{words}" title="{words}" style="display:block;margin:2px 0"/>'
+    )
 
 
 def to_rich(blocks: Sequence[Block]) -> Any:
@@ -225,7 +241,15 @@ def break_code(code: str, room: int) -> list[str]:
     cares how the next line is indented: the lines run as the one-line code does, copied
     with or without their leading spaces. A line starting with ``%`` or ``!`` is an IPython
     command, whose brackets are not Python's: there every break is a backslash at a space.
-    A stretch with no break wider than ``room`` stays whole."""
+    A stretch with no break wider than ``room`` stays whole. A trailing comment that does not
+    fit goes on lines of its own, each starting with ``#``: comment lines between statements
+    change nothing."""
+    at = _comment_start(code)
+    if at is not None and len(code) > room:
+        statement, comment = code[:at].rstrip(), code[at:].lstrip("#").strip()
+        above = break_code(statement, room) if statement else []
+        limit = room - UNDER if above else room
+        return above + fill(_words(comment), limit - 2, limit - 2, "# ", "# ")
     command = code.lstrip()[:1] in ("%", "!")
     breaks: list[tuple[int, int, bool]] = []  # (end of this line, start of next, backslash)
     quote, depth, i = "", 0, 0
@@ -269,6 +293,26 @@ def break_code(code: str, room: int) -> list[str]:
         start, limit = after, room - UNDER
     lines.append(code[start:])
     return lines
+
+
+def _comment_start(code: str) -> Optional[int]:
+    """Where ``code``'s comment starts (a ``#`` outside string literals), or ``None``."""
+    quote, i = "", 0
+    while i < len(code):
+        ch = code[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif code.startswith(quote, i):
+                i += len(quote) - 1
+                quote = ""
+        elif ch in "'\"":
+            quote = code[i : i + 3] if code[i : i + 3] in ("'''", '"""') else ch
+            i += len(quote) - 1
+        elif ch == "#":
+            return i
+        i += 1
+    return None
 
 
 # -- tables ------------------------------------------------------------------------------------
@@ -393,7 +437,74 @@ def _records(t: Table, width: int) -> list[tuple[str, str]]:
 _FIGURE_SPACE = re.compile(r"(?<=\d) (?=[^\W\d_])")
 
 
+#: a command quoted in prose (``use `%pip install ...` instead``): copied whole, so kept whole
+_QUOTED = re.compile(r"`[^`]+`")
+
+
 def _words(text: str) -> list[str]:
-    """``text`` split at its spaces, a figure's space kept: ``["meta", "×2", "(0 B);"]``."""
+    """``text`` split at its spaces, a figure's space kept: ``["meta", "×2", "(0 B);"]``,
+    and the spaces of a command in backticks (a line of its own where it is that wide)."""
     marked = _FIGURE_SPACE.sub("\0", text)
+    marked = _QUOTED.sub(lambda m: m.group(0).replace(" ", "\0"), marked)
     return [w.replace("\0", " ") for w in marked.split(" ")]
+
+
+# -- the plain writers -------------------------------------------------------------------------
+
+_TABLE = (
+    "border-collapse:collapse;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
+    "font-size:12px;color:inherit;background:transparent;margin:4px 0"
+)
+_CELL = "padding:2px 10px;text-align:left;border-bottom:1px solid rgba(128,128,128,0.35)"
+_HEAD = _CELL + ";font-weight:600;border-bottom:1px solid rgba(128,128,128,0.7)"
+_LINE = "margin:1px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px"
+
+
+def html_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, right_align: Sequence[int] = ()
+) -> str:
+    """An HTML table with inline styles; every cell escaped."""
+    right = set(right_align)
+
+    def cell(tag: str, base: str, i: int, value: str) -> str:
+        style = base + (";text-align:right" if i in right else "")
+        return f'<{tag} style="{style}">{esc(value)}</{tag}>'
+
+    head = "".join(cell("th", _HEAD, i, h) for i, h in enumerate(headers))
+    body = "".join(
+        "<tr>" + "".join(cell("td", _CELL, i, v) for i, v in enumerate(r)) + "</tr>" for r in rows
+    )
+    return f'<table style="{_TABLE}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def html_lines(lines: Sequence[tuple[str, Optional[str]]]) -> str:
+    """Short lines, ``(text, colour or None)`` each, escaped."""
+    out = []
+    for text, color in lines:
+        style = _LINE + (f";color:{color}" if color else "")
+        out.append(f'<div style="{style}">{esc(text)}</div>')
+    return "".join(out)
+
+
+def html_block(*parts: str) -> str:
+    """Fragments in one container that inherits the page's colours."""
+    return '<div style="color:inherit;background:transparent">' + "".join(parts) + "</div>"
+
+
+def text_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], right_align: Sequence[int] = ()
+) -> str:
+    """A plain-text table with aligned columns (two spaces between columns)."""
+    right = set(right_align)
+    widths = [len(h) for h in headers]
+    for r in rows:
+        for i, v in enumerate(r):
+            widths[i] = max(widths[i], len(v))
+
+    def line(values: Sequence[str]) -> str:
+        cells = [
+            v.rjust(widths[i]) if i in right else v.ljust(widths[i]) for i, v in enumerate(values)
+        ]
+        return "  ".join(cells).rstrip()
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from torchdevmagic._display import text_table
+from torchdevmagic.render.blocks import Table, to_text
 from torchdevmagic.selfcheck.checks_devcheck import (
     SCENARIOS,
     check_devcheck_checkpoint_no_cuda,
@@ -252,7 +252,7 @@ def inspect_machine() -> Machine:
     count = int(torch.cuda.device_count()) if available else 0
     headline = problem = None
     if not available:
-        from torchdevmagic.env import check_environment
+        from torchdevmagic.env.report import check_environment
 
         with contextlib.suppress(Exception):
             env = check_environment()
@@ -331,7 +331,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     checks = [c for c in CHECKS if not args.only or args.only in c.name]
     if args.list:
-        print(text_table(("check", "proves"), [(c.name, c.proves) for c in checks]))
+        print(to_text([Table(("check", "proves"), [(c.name, c.proves) for c in checks])]))
         return 0
     t0 = time.perf_counter()
     machine = inspect_machine()

@@ -7,9 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from torchdevmagic._display import text_table
 from torchdevmagic._format import format_bytes, format_ms
 from torchdevmagic.diagnosis.splice import indented
+from torchdevmagic.render.blocks import Table, to_text
 from torchdevmagic.selfcheck.records import (
     FAIL,
     PASS,
@@ -182,4 +182,4 @@ def summary_line(results: Sequence[CheckResult], seconds: float) -> str:
 
 def render_table(results: Sequence[CheckResult]) -> str:
     rows = [(r.name, r.status, r.figure, r.reason) for r in results]
-    return text_table(("check", "status", "figure", "reason"), rows)
+    return to_text([Table(("check", "status", "figure", "reason"), rows)])

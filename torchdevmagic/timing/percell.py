@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from torchdevmagic._format import format_ms
+from torchdevmagic.render.timing import cell_line
 
 if TYPE_CHECKING:
     from torchdevmagic.timing.backends import Backend
@@ -74,12 +74,8 @@ class CellTime:
     interrupted: bool = False  # Ctrl-C while waiting for the GPU: the wall time stops there
 
     def line(self) -> str:
-        wall = f"wall {format_ms(self.wall_ms)}"
-        if self.interrupted:
-            return f"cell time: {wall} · GPU time interrupted (Ctrl-C while the GPU was busy)"
-        if self.gpu_ms is not None:
-            return f"cell time: GPU {format_ms(self.gpu_ms)} · {wall} ({self.device})"
-        return f"cell time: {wall} · no GPU ({self.reason or 'no CUDA'})"
+        """What ``%cuda_time on`` prints after the cell (render/timing.py words it)."""
+        return cell_line(self)
 
 
 @dataclass

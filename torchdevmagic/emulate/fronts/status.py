@@ -1,17 +1,14 @@
-"""What ``%emulate_cuda status`` reports: a record, and its words."""
+"""What ``%emulate_cuda status`` reports: a record; its words are
+:mod:`torchdevmagic.render.emulation`'s."""
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from torchdevmagic._display import Displayable
-
-LIMITS = (
-    "computes on the CPU: no custom CUDA ops, Triton or torch.compile GPU kernels, no NCCL, "
-    "no GPU timing"
-)
+from torchdevmagic.render import blocks
+from torchdevmagic.render.emulation import status_blocks
 
 
 @dataclass(frozen=True)
@@ -24,16 +21,13 @@ class EmulationStatus(Displayable):
     current: Optional[int] = None
 
     def to_text(self) -> str:
-        if not self.on:
-            return "CUDA emulation is off"
-        gib = self.capacity_bytes / (1 << 30)
-        return (
-            f"CUDA emulation is on: {self.devices} emulated GPU{'s' if self.devices != 1 else ''}"
-            f" of {gib:g} GiB, current cuda:{self.current} ({LIMITS})"
-        )
+        return blocks.to_text(status_blocks(self))
 
     def to_html(self) -> str:
-        return f"<pre style='margin:0'>{html.escape(self.to_text())}</pre>"
+        return blocks.to_html(status_blocks(self))
+
+    def __rich__(self) -> Any:
+        return blocks.to_rich(status_blocks(self))
 
 
 def status() -> EmulationStatus:

@@ -1,7 +1,8 @@
 """The samples of ``%%cuda_time -n/-r`` as a small chart: one dot per repeat, in order.
 
-For the HTML form only (text and rich keep their lines). The chart is an SVG inside an
-``<img>`` (a ``data:`` URI) with an ``alt`` text that says the same in words: JupyterLab's
+For the HTML form only (text and rich keep their lines): a :class:`~.blocks.Picture`, which
+:mod:`.blocks` writes as an SVG inside an ``<img>`` (a ``data:`` URI) with an ``alt`` text that
+says the same in words: JupyterLab's
 sanitizer (untrusted notebooks) keeps an image and its ``alt`` but strips inline ``<svg>``,
 whose labels then ran together into the output's text. An image does not inherit the page's
 colours, so the marks are a blue and the axes a grey that read on light and dark themes.
@@ -13,13 +14,14 @@ in the warning colour. Every piece of text is escaped.
 
 from __future__ import annotations
 
-import base64
 import math
 import statistics
 from collections.abc import Sequence
+from typing import Optional
 
 from torchdevmagic._display import WARN_COLOR, esc
 from torchdevmagic._format import format_ms, plural
+from torchdevmagic.render.blocks import Picture, to_html
 
 WIDTH, HEIGHT = 380, 140
 LEFT, RIGHT, TOP, BOTTOM = 52, 108, 20, 30  # the unit above the y labels, the median right
@@ -136,17 +138,19 @@ def samples_svg(
     )
 
 
+def samples_picture(
+    samples: Sequence[float], what: str, unit: str = "run", slow: float = math.inf
+) -> Optional[Picture]:
+    """The chart with its words; ``None`` below 2 samples."""
+    svg = samples_svg(samples, what, unit, slow)
+    if not svg:
+        return None
+    return Picture(svg, describe(samples, what, unit), WIDTH, HEIGHT)
+
+
 def samples_img(
     samples: Sequence[float], what: str, unit: str = "run", slow: float = math.inf
 ) -> str:
-    """The chart as an ``<img>`` whose ``alt`` and ``title`` say it in words; empty below 2
-    samples."""
-    svg = samples_svg(samples, what, unit, slow)
-    if not svg:
-        return ""
-    words = esc(describe(samples, what, unit))
-    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    return (
-        f'<img src="data:image/svg+xml;base64,{data}" width="{WIDTH}" height="{HEIGHT}" '
-        f'alt="{words}" title="{words}" style="display:block;margin:2px 0"/>'
-    )
+    """The chart as the ``<img>`` the HTML form shows; empty below 2 samples."""
+    picture = samples_picture(samples, what, unit, slow)
+    return to_html([picture]) if picture is not None else ""
