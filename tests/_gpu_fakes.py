@@ -53,6 +53,7 @@ class FakePynvml:
         *,
         init_error: Optional[str] = None,
         refuse: tuple[str, ...] = (),
+        errors: Optional[dict[str, str]] = None,
         driver: str = "550.54.15",
         cuda_driver: int = 12040,
         bytes_strings: bool = False,
@@ -61,6 +62,8 @@ class FakePynvml:
         self.gpus = gpus
         self.init_error = init_error
         self.refuse = set(refuse)  # pynvml function names that raise "Not Supported"
+        # pynvml function name -> the NVMLError it raises ("GPU is lost", "Unknown Error")
+        self.errors = dict(errors or {})
         self.driver = driver
         self.cuda_driver = cuda_driver
         self.bytes_strings = bytes_strings  # nvidia-ml-py 11.x returned bytes, not str
@@ -74,6 +77,9 @@ class FakePynvml:
         return text.encode() if self.bytes_strings else text
 
     def _check(self, fn: str) -> None:
+        """As pynvml: any call may raise an NVMLError, the device list's included."""
+        if fn in self.errors:
+            raise FakeNVMLError(self.errors[fn])
         if fn in self.refuse:
             raise FakeNVMLError("Not Supported")
 
@@ -86,12 +92,17 @@ class FakePynvml:
         self.shutdown_calls += 1
 
     def nvmlDeviceGetCount(self) -> int:
+        self._check("nvmlDeviceGetCount")
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        self._check("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < len(self.gpus):
+            raise FakeNVMLError("Invalid Argument")  # NVML's answer, not an IndexError
         return self.gpus[index]
 
     def nvmlDeviceGetUUID(self, handle: FakeGpu) -> Any:
+        self._check("nvmlDeviceGetUUID")
         return self._string(handle.uuid)
 
     def nvmlDeviceGetName(self, handle: FakeGpu) -> Any:
@@ -125,11 +136,13 @@ class FakePynvml:
         return handle.cc
 
     def nvmlDeviceGetMigMode(self, handle: FakeGpu) -> list[int]:
+        self._check("nvmlDeviceGetMigMode")
         if not handle.mig and not handle.mig_capable:
             raise FakeNVMLError("Not Supported")
         return [1, 1] if handle.mig else [0, 0]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeGpu) -> int:
+        self._check("nvmlDeviceGetMaxMigDeviceCount")
         return 7
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeGpu, slot: int) -> FakeGpu:

@@ -376,3 +376,108 @@ def test_bytes_uuids_and_mig_mode_zero_on_a_mig_capable_gpu() -> None:
     )
     (record,) = device_memory(backend=backend(nv, fake_torch(initialised)))
     assert record.uuid == UUID_A and record.nvml_total_bytes == 40 * GiB
+
+
+# -- the one NVML chokepoint ------------------------------------------------------------------
+
+NVML_CALLS = (
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetCudaComputeCapability",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetCudaDriverVersion",
+)
+
+
+def test_every_nvml_query_answers_a_value_or_why_not() -> None:
+    """Nvml's queries never raise: a refused call is a falsy NotAvailable naming the field
+    and NVML's reason, NVML missing is one saying why."""
+    from torchdevmagic.gpu.nvml import NotAvailable, known
+
+    nv = FakePynvml(two_gpus(), errors=dict.fromkeys(NVML_CALLS, "GPU is lost"))
+    nvml = Nvml(load=lambda: nv)
+    handle = two_gpus()[0]
+    answers = {
+        "NVML devices": nvml.devices(),
+        "NVML name": nvml.name(handle),
+        "NVML memory": nvml.memory(handle),
+        "NVML utilization": nvml.utilization(handle),
+        "NVML capability": nvml.compute_capability(handle),
+        "NVML driver version": nvml.driver_version(),
+        "NVML CUDA driver version": nvml.cuda_driver_version(),
+    }
+    for label, answer in answers.items():
+        assert isinstance(answer, NotAvailable) and not answer, (label, answer)
+        assert answer.reason == f"{label}: GPU is lost"
+        notes: list[str] = []
+        assert known(answer, notes) is None and notes == [answer.reason]
+    missing = Nvml(load=lambda: None).name(handle)
+    assert isinstance(missing, NotAvailable)
+    assert missing.reason == "NVML not available: pip install nvidia-ml-py"
+    fine = Nvml(load=lambda: FakePynvml(two_gpus()))
+    assert known(fine.name(handle)) == "GPU zero"
+    assert [d.uuid for d in known(fine.devices()) or []] == [UUID_A, UUID_B]
+
+
+@pytest.mark.parametrize("call", NVML_CALLS)
+def test_any_nvml_call_failing_is_a_note_in_memory_and_env(call: str) -> None:
+    """Each pynvml call failing in turn, as a real one can (a lost GPU, an old driver):
+    %devices' GPU records and --env's facts are still made, the failure named in a note."""
+    from torchdevmagic.env import collect_facts
+
+    nv = FakePynvml(two_gpus(), errors={call: "GPU is lost"})
+    torch = fake_torch(FakeCuda(count=2, arch_list=("sm_80",)))
+    records = device_memory(backend=backend(nv, torch))
+    notes = [n for r in records for n in r.notes]
+    facts = collect_facts(
+        environ={},
+        executable=sys.executable,
+        which=lambda name: None,
+        nvml=Nvml(load=lambda: FakePynvml(two_gpus(), errors={call: "GPU is lost"})),
+        torch_module=fake_torch(FakeCuda(count=2, arch_list=("sm_80",))),
+        modules={},
+        arch_flags=lambda: "sm_80",
+        driver_loaded=lambda: False,
+    )
+    said = " ".join([*notes, *facts.notes])
+    if call in ("nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount"):
+        assert "GPU is lost" not in said  # MIG unknown reads as no MIG, as on old drivers
+    else:
+        assert "GPU is lost" in said, (call, notes, facts.notes)
+
+
+def test_no_nvml_error_is_caught_outside_its_wrapper() -> None:
+    """Only gpu/nvml.py calls pynvml: callers get values or NotAvailable from it, and wrap
+    no NVML call in an error handler of their own."""
+    import ast
+    from pathlib import Path
+
+    import torchdevmagic
+
+    root = Path(torchdevmagic.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if path.relative_to(root).as_posix() == "gpu/nvml.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("nvml")
+                and (node.attr[4:5].isupper())
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno} calls {node.attr}")
+            if isinstance(node, ast.Call):
+                text = ast.unparse(node.func)
+                wrapped = text in ("_attempt", "_try") and any(
+                    "nvml" in ast.unparse(a) for a in node.args
+                )
+                if wrapped:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}")
+    assert found == []

@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Callable, Optional
 
 from torchdevmagic.gpu.memory import quiet_device_count
-from torchdevmagic.gpu.nvml import Nvml, _error_text, default_nvml, visible_devices
+from torchdevmagic.gpu.nvml import Nvml, _error_text, default_nvml, known, visible_devices
 
 _UNSET: Any = object()
 
@@ -245,15 +245,13 @@ def _nvml_facts(nvml: Nvml, notes: list[str]) -> dict[str, Any]:
     reason = nvml.unavailable_reason()
     if reason is not None:
         return {"nvml_error": reason}
-    devices = _try(nvml.devices, notes, "NVML devices", [])
+    devices = known(nvml.devices(), notes) or []
     physical = [d for d in devices if not d.is_mig]
-    cuda = _try(nvml.cuda_driver_version, notes, "NVML CUDA driver version")
+    cuda = known(nvml.cuda_driver_version(), notes)
     return {
         "nvml_gpu_count": len(physical),
-        "nvml_gpu_names": tuple(
-            str(_try(partial(nvml.name, d.handle), notes, "NVML name", "?")) for d in physical
-        ),
-        "driver_version": _try(nvml.driver_version, notes, "NVML driver version"),
+        "nvml_gpu_names": tuple(known(nvml.name(d.handle), notes) or "?" for d in physical),
+        "driver_version": known(nvml.driver_version(), notes),
         "driver_cuda": _cuda_version(cuda) if cuda else None,
     }
 
@@ -263,7 +261,7 @@ def _device_facts(
 ) -> dict[str, Any]:
     if not facts.get("cuda_built"):
         return {}
-    listed = [] if facts.get("nvml_error") else _try(nvml.devices, [], "NVML devices", [])
+    listed = [] if facts.get("nvml_error") else known(nvml.devices()) or []
     visible = visible_devices(environ.get("CUDA_VISIBLE_DEVICES"), listed)
     quiet = _try(lambda: quiet_device_count(torch), notes, "device count")
     # torch's count where it can tell without initialising the driver, else NVML's mapping.
@@ -277,8 +275,8 @@ def _device_facts(
         devices = tuple(
             GpuFact(
                 i,
-                _try(partial(nvml.name, d.handle), notes, "NVML name"),
-                _try(partial(nvml.compute_capability, d.handle), notes, "NVML capability"),
+                known(nvml.name(d.handle), notes),
+                known(nvml.compute_capability(d.handle), notes),
                 d.uuid,
             )
             for i, d in enumerate(visible.devices[:count])

@@ -6,7 +6,6 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable, Optional, TypeVar
 
 from torchdevmagic._torch import cuda_initialized, torch_if_imported
@@ -17,6 +16,7 @@ from torchdevmagic.gpu.nvml import (
     _error_text,
     _norm_uuid,
     default_nvml,
+    known,
     visible_devices,
 )
 from torchdevmagic.records import DeviceMemory
@@ -183,7 +183,7 @@ def _cuda_records(backend: GpuBackend, named: Mapping[str, int]) -> list[DeviceM
         nvml_reason = backend.nvml.unavailable_reason()
     nvml_devices = []
     if not nvml_reason and not emulated:
-        nvml_devices = _attempt(backend.nvml.devices, notes, "NVML") or []
+        nvml_devices = known(backend.nvml.devices(), notes) or []
     initialised = backend.cuda_initialized()
 
     if initialised:
@@ -236,7 +236,7 @@ def _order_note(environ: Mapping[str, str], visible: VisibleDevices, nvml: Nvml)
     GPUs, so mixed models mapped by index get a warning until CUDA is initialised."""
     if not visible.by_index or environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
         return None
-    names = {_attempt(partial(nvml.name, d.handle), [], "name") for d in visible.devices}
+    names = {known(nvml.name(d.handle)) for d in visible.devices}
     if len(names) <= 1:
         return None
     return (
@@ -269,12 +269,12 @@ def _cuda_record(  # noqa: PLR0917 - private helper, one call site
     used = total = util = None
     if device is not None:
         if name is None:
-            name = _attempt(lambda: nvml.name(device.handle), notes, "NVML name")
-        mem = _attempt(lambda: nvml.memory(device.handle), notes, "NVML memory")
+            name = known(nvml.name(device.handle), notes)
+        mem = known(nvml.memory(device.handle), notes)
         used, total, v2 = mem if mem is not None else (None, None, True)
         if not v2:
             notes.append("NVML used includes driver-reserved memory (this driver has no v2)")
-        util = _attempt(lambda: nvml.utilization(device.handle), notes, "NVML utilization")
+        util = known(nvml.utilization(device.handle), notes)
         if device.mig_enabled:
             notes.append(
                 "GPU in MIG mode: NVML figures are for the whole GPU; "

@@ -1,5 +1,10 @@
 """NVML through ``pynvml``, initialised once, and which NVML devices ``CUDA_VISIBLE_DEVICES``
-selects, in torch's index order, the way the CUDA runtime does."""
+selects, in torch's index order, the way the CUDA runtime does.
+
+This is the one place an NVML error is caught (nvitop keeps one chokepoint in its NVML
+wrapper too): every query of :class:`Nvml` returns its value or a :class:`NotAvailable`
+that says why ("NVML memory: Not Supported", or why NVML itself is not there), never
+raises. Callers keep the value or the reason with :func:`known`."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from torchdevmagic._torch import nvml_module
 
@@ -38,6 +43,34 @@ def _text(value: Any) -> str:
 def _error_text(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+class NotAvailable:
+    """What an NVML query answers instead of raising: why there is no value. Falsy."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"NotAvailable({self.reason!r})"
+
+
+T = TypeVar("T")
+Answer = Union[T, NotAvailable]
+
+
+def known(answer: Answer[T], notes: Optional[list[str]] = None) -> Optional[T]:
+    """The value of an NVML query, or ``None`` with its reason added to ``notes``."""
+    if isinstance(answer, NotAvailable):
+        if notes is not None:
+            notes.append(answer.reason)
+        return None
+    return answer
 
 
 class Nvml:
@@ -81,11 +114,22 @@ class Nvml:
         self._module = module
         return None
 
-    def devices(self) -> list[NvmlDevice]:
-        """Physical GPUs in NVML order, each followed by its MIG instances; [] without NVML."""
-        if self.unavailable_reason() is not None:
-            return []
-        nv = self._module
+    def _query(self, label: str, read: Callable[[Any], T]) -> Answer[T]:
+        """``read(pynvml)``, or why not: NVML not there, or the call's error (NVMLError "Not
+        Supported", "Insufficient Permissions", "GPU is lost", ...; anything it raises)."""
+        reason = self.unavailable_reason()
+        if reason is not None:
+            return NotAvailable(reason)
+        try:
+            return read(self._module)
+        except Exception as exc:
+            return NotAvailable(f"{label}: {_error_text(exc)}")
+
+    def devices(self) -> Answer[list[NvmlDevice]]:
+        """Physical GPUs in NVML order, each followed by its MIG instances."""
+        return self._query("NVML devices", self._devices)
+
+    def _devices(self, nv: Any) -> list[NvmlDevice]:
         found: list[NvmlDevice] = []
         for index in range(int(nv.nvmlDeviceGetCount())):
             handle = nv.nvmlDeviceGetHandleByIndex(index)
@@ -119,39 +163,48 @@ class Nvml:
             children.append(NvmlDevice(index, uuid, child, slot))
         return children
 
-    # Fields. Each may raise (NVMLError "Not Supported", "Insufficient Permissions", ...);
-    # callers turn that into N/A plus a note.
-    def name(self, handle: Any) -> str:
-        return _text(self._module.nvmlDeviceGetName(handle))
+    # Fields: each the value, or a NotAvailable naming the field and NVML's reason.
+    def name(self, handle: Any) -> Answer[str]:
+        return self._query("NVML name", lambda nv: _text(nv.nvmlDeviceGetName(handle)))
 
-    def memory(self, handle: Any) -> tuple[int, int, bool]:
+    def memory(self, handle: Any) -> Answer[tuple[int, int, bool]]:
         """(used, total, v2) bytes. NVML's v2 figures where the driver and nvidia-ml-py have
         them: ``used`` is what processes allocated. v1's ``used`` also counts the memory the
         driver reserves for itself (hundreds of MB on recent GPUs); ``v2`` says which."""
-        nv = self._module
-        version = getattr(nv, "nvmlMemory_v2", None)
-        if version is not None:
-            try:
-                info = nv.nvmlDeviceGetMemoryInfo(handle, version=version)
-                return int(info.used), int(info.total), True
-            except Exception:
-                pass  # an older driver: "Function Not Found"; an old pynvml: no version=
-        info = nv.nvmlDeviceGetMemoryInfo(handle)
-        return int(info.used), int(info.total), False
+        return self._query("NVML memory", lambda nv: _memory(nv, handle))
 
-    def utilization(self, handle: Any) -> int:
-        return int(self._module.nvmlDeviceGetUtilizationRates(handle).gpu)
+    def utilization(self, handle: Any) -> Answer[int]:
+        return self._query(
+            "NVML utilization", lambda nv: int(nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+        )
 
-    def compute_capability(self, handle: Any) -> tuple[int, int]:
-        major, minor = self._module.nvmlDeviceGetCudaComputeCapability(handle)
-        return int(major), int(minor)
+    def compute_capability(self, handle: Any) -> Answer[tuple[int, int]]:
+        def read(nv: Any) -> tuple[int, int]:
+            major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
+            return int(major), int(minor)
 
-    def driver_version(self) -> str:
-        return _text(self._module.nvmlSystemGetDriverVersion())
+        return self._query("NVML capability", read)
 
-    def cuda_driver_version(self) -> int:
+    def driver_version(self) -> Answer[str]:
+        return self._query("NVML driver version", lambda nv: _text(nv.nvmlSystemGetDriverVersion()))
+
+    def cuda_driver_version(self) -> Answer[int]:
         """The newest CUDA version the driver supports, as NVML encodes it (12040 = 12.4)."""
-        return int(self._module.nvmlSystemGetCudaDriverVersion())
+        return self._query(
+            "NVML CUDA driver version", lambda nv: int(nv.nvmlSystemGetCudaDriverVersion())
+        )
+
+
+def _memory(nv: Any, handle: Any) -> tuple[int, int, bool]:
+    version = getattr(nv, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            info = nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+            return int(info.used), int(info.total), True
+        except Exception:
+            pass  # an older driver: "Function Not Found"; an old pynvml: no version=
+    info = nv.nvmlDeviceGetMemoryInfo(handle)
+    return int(info.used), int(info.total), False
 
 
 _DEFAULT_NVML: Optional[Nvml] = None

@@ -153,9 +153,9 @@ def check_uuid_mapping(ctx: Context) -> Outcome:
         "unset": {},
         "CUDA_VISIBLE_DEVICES=<UUID>": {"CUDA_VISIBLE_DEVICES": uuid},
     }
-    from torchdevmagic.gpu import default_nvml
+    from torchdevmagic.gpu.nvml import default_nvml, known
 
-    migs = [d.uuid for d in default_nvml().devices() if d.is_mig]
+    migs = [d.uuid for d in known(default_nvml().devices()) or [] if d.is_mig]
     if migs:
         settings["CUDA_VISIBLE_DEVICES=MIG-…"] = {"CUDA_VISIBLE_DEVICES": migs[0]}
     runs = {k: run_script(ctx.python, UUID_SCRIPT, env=v) for k, v in settings.items()}
