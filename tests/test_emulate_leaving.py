@@ -185,3 +185,118 @@ def test_off_leaves_every_patched_attribute_as_it_was(tmp_path: Any) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "CHANGED []" in out.stdout, out.stdout
+
+
+# -- %emulate_cuda off names what stays on the emulated GPU; --to cpu brings it back ---------
+LEFT = TRAIN + (
+    "batch = {'pixels': x, 'n': 3}\ncpu_only = torch.zeros(2)\npending = model(x).sum()\n"
+)
+
+
+def _fix_line(text: str) -> str:
+    fixes = [line[len("Fix:  ") :] for line in text.splitlines() if line.startswith("Fix:  ")]
+    assert len(fixes) == 1, text
+    return fixes[0]
+
+
+def test_off_names_the_variables_left_and_its_fix_brings_them_to_the_cpu(
+    shell: Any, capsys: Any
+) -> None:
+    for cell in ("%emulate_cuda on", LEFT):
+        assert shell.run_cell(cell).error_in_exec is None, cell
+    capsys.readouterr()
+    shell.run_line_magic("emulate_cuda", "off")
+    out = capsys.readouterr().out
+    assert "CUDA emulation is off\n" in out
+    assert "Still on an emulated GPU: batch, kept, loss, model, opt, pending, x (" in out, out
+    assert "cpu_only" not in out and "values" not in out
+    # Without the fix the next GPU line fails (this torch has no CUDA): the reason to name them.
+    fix = _fix_line(out)
+    assert fix == "%emulate_cuda off --to cpu"
+    assert shell.run_cell(fix).error_in_exec is None
+    out = capsys.readouterr().out
+    assert "Moved to the CPU: batch, kept, loss, model, opt, pending, x\n" in out, out
+    assert "Still on" not in out and "Fix:" not in out
+    _check_moved(shell.user_ns)
+    ns = shell.user_ns
+    moved = ("x", "loss", "pending")
+    assert all(type(ns[n]) is torch.Tensor and ns[n].device.type == "cpu" for n in moved)
+    assert ns["batch"]["pixels"] is ns["x"]  # the same objects, wherever they are held
+    state = ns["opt"].state[ns["kept"][0]]
+    assert type(state["exp_avg"]) is torch.Tensor and state["exp_avg"].device.type == "cpu"
+    # Training goes on on the CPU, with the optimizer's own state, and a result's graph.
+    cells = [
+        "pending.backward()",
+        "opt.step()",
+        "loss = model(x).pow(2).mean()\nloss.backward()\nopt.step()",
+        "print(loss.device, float(loss.detach()) >= 0)",
+    ]
+    for cell in cells:
+        result = shell.run_cell(cell)
+        assert result.error_in_exec is None, (cell, result.error_in_exec)
+    assert capsys.readouterr().out.endswith("cpu True\n")
+    # What went to the CPU left the emulated GPU's memory count: a new session starts empty.
+    shell.run_line_magic("emulate_cuda", "on")
+    try:
+        assert torch.cuda.memory_allocated() == 0
+    finally:
+        shell.run_line_magic("emulate_cuda", "off")
+
+
+def test_off_with_nothing_left_says_only_that(shell: Any, capsys: Any) -> None:
+    cells = ("%emulate_cuda on", "import torch\nx = torch.ones(2, device='cuda').cpu()")
+    for cell in cells:
+        assert shell.run_cell(cell).error_in_exec is None, cell
+    capsys.readouterr()
+    shell.run_line_magic("emulate_cuda", "off")
+    assert capsys.readouterr().out == "CUDA emulation is off\n"
+
+
+def test_off_returns_the_names_with_o(shell: Any) -> None:
+    cells = ("%emulate_cuda on", "import torch\nw = torch.ones(2, device='cuda')")
+    for cell in cells:
+        assert shell.run_cell(cell).error_in_exec is None, cell
+    result = shell.run_line_magic("emulate_cuda", "off -o")
+    assert result.on is False and result.left_behind == ("w",) and result.moved == ()
+    result = shell.run_line_magic("emulate_cuda", "off --to cpu -o")
+    assert result.left_behind == () and result.moved == ("w",)
+    assert type(shell.user_ns["w"]) is torch.Tensor
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("off --to cuda", "%emulate_cuda: argument --to: invalid choice: 'cuda'"),
+        ("status --to cpu", "%emulate_cuda: status and --to cannot be combined"),
+        ("on --to cpu", "%emulate_cuda: on and --to cannot be combined"),
+    ],
+)
+def test_a_wrong_to_is_a_usage_error(shell: Any, line: str, words: str) -> None:
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=words):
+        shell.run_line_magic("emulate_cuda", line)
+
+
+def test_stop_in_code_warns_naming_them_and_its_fix_runs(shell: Any) -> None:
+    cell = (
+        "import torch, warnings\n"
+        "from torchdevmagic import emulate\n"
+        "emulate.start()\n"
+        "model = torch.nn.Linear(4, 2).cuda()\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    emulate.stop()\n"
+    )
+    assert shell.run_cell(cell).error_in_exec is None
+    (warning,) = shell.user_ns["caught"]
+    text = str(warning.message)
+    assert type(warning.message).__name__ == "LeftOnEmulatedGPU"
+    assert text.startswith("Still on an emulated GPU: model (with emulation off"), text
+    failed = shell.run_cell("model(torch.randn(3, 4, device='cuda'))").error_in_exec
+    assert "Torch not compiled with CUDA enabled" in str(failed)  # what it warns about
+    fix = _fix_line(text)
+    assert fix == 'from torchdevmagic.emulate import stop; stop(to="cpu")'
+    assert shell.run_cell(fix).error_in_exec is None
+    result = shell.run_cell("model(torch.randn(3, 4)).shape")
+    assert result.error_in_exec is None and tuple(result.result) == (3, 2)

@@ -21,7 +21,7 @@ _LAZY = {
     "start": "torchdevmagic.emulate.fronts.session",
     "stop": "torchdevmagic.emulate.fronts.session",
     "active": "torchdevmagic.emulate.fronts.session",
-    "status": "torchdevmagic.emulate.fronts.status",
+    "status": "torchdevmagic.emulate.fronts.session",
     "EmulationStatus": "torchdevmagic.emulate.fronts.status",
     "DEFAULT_CAPACITY": "torchdevmagic.emulate.fronts.session",
     "EmulatedTensor": "torchdevmagic.emulate.core.tensor",

@@ -67,7 +67,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if config.stash.get(_KEY, None) is not None:
         from torchdevmagic.emulate.fronts import session as _session
 
-        _session.stop()
+        _session.end()
         del config.stash[_KEY]
 
 
@@ -75,7 +75,7 @@ def pytest_report_header(config: pytest.Config) -> Any:
     session = config.stash.get(_KEY, None)
     if session is None:
         return None
-    from torchdevmagic.emulate.fronts.status import status
+    from torchdevmagic.emulate.fronts.session import status
 
     return f"torchdevmagic: {status().to_text()}"
 

@@ -54,13 +54,20 @@ class EmulateMagics(Magics):
         "--devices", type=_devices, default=None, help=f"emulated GPUs, 1-{MAX_DEVICES} (default 1)"
     )
     @argument("--memory", type=_memory, default=None, help="GiB per GPU (default 16)")
+    @argument(
+        "--to",
+        choices=["cpu"],
+        default=None,
+        help="off: first bring every tensor still on an emulated GPU to the CPU",
+    )
     @argument("-o", "--output", action="store_true", help="return the status object")
     @line_magic
     def emulate_cuda(self, line: str = "") -> Any:
         """Emulate CUDA GPUs on the CPU: code written for a GPU runs, and fails where a GPU would.
 
         Usage: %emulate_cuda on [--devices N] [--memory GiB] [-o]
-               %emulate_cuda off|status [-o]
+               %emulate_cuda off [--to cpu] [-o]
+               %emulate_cuda status [-o]
 
         While on, torch.cuda.is_available() is True and tensors put on "cuda" / "cuda:N"
         compute on the CPU (the same values) but report their CUDA device; mixing devices
@@ -68,12 +75,16 @@ class EmulateMagics(Magics):
         emulated GPUs and %%cuda_time times them on the host clock. Not emulated: custom
         CUDA ops, Triton, torch.compile GPU kernels, NCCL, GPU timing (each a clear error).
 
+        off names the variables still on an emulated GPU (their next use fails: this torch
+        has no CUDA); off --to cpu brings them to the CPU first, in place: a model's
+        parameters, an optimizer's state and every variable holding them follow.
+
         Examples::
 
             %emulate_cuda on --devices 2
             model = Net().to("cuda:1")      # cuda:1, computed on the CPU
             %emulate_cuda status
-            %emulate_cuda off
+            %emulate_cuda off --to cpu      # model back on the CPU, ready to use
         """
         args = parse(self.emulate_cuda, line, "%emulate_cuda")
         action = str(args.action).lower()
@@ -83,10 +94,16 @@ class EmulateMagics(Magics):
             )
         if action != "on":  # the sizes of GPUs that off/status do not start
             given = {"--devices": args.devices is not None, "--memory": args.memory is not None}
+            given["--to"] = action == "status" and args.to is not None
             refuse_combined("%emulate_cuda", action, given, "only -o")
-        from torchdevmagic.emulate.fronts import session as _session
-        from torchdevmagic.emulate.fronts.status import status
+        elif args.to is not None:
+            refuse_combined("%emulate_cuda", action, {"--to": True}, "--devices, --memory, -o")
+        from dataclasses import replace
 
+        from torchdevmagic.emulate.fronts import leaving
+        from torchdevmagic.emulate.fronts import session as _session
+
+        result = None
         if action == "on":
             self._on(args)
         elif action == "off":
@@ -94,9 +111,18 @@ class EmulateMagics(Magics):
                 raise UsageError(
                     "CUDA emulation was turned on by emulate_cuda() in code: leave that block"
                 )
-            _session.stop()
+            shell = self.shell
+            assert shell is not None  # a registered Magics instance always has its shell
+            hidden = shell.user_ns_hidden
+            before = leaving.left_behind(shell.user_ns, hidden)
+            _session.end()
             self._started = None
-        result = status()
+            if args.to == "cpu":
+                leaving.to_cpu()
+            left = leaving.left_behind(shell.user_ns, hidden) if args.to else before
+            moved = tuple(n for n in before if n not in left) if args.to else ()
+            result = replace(_session.status(), left_behind=left, moved=moved)
+        result = result or _session.status()
         if args.output:
             return result
         print(result.to_text())
@@ -122,5 +148,5 @@ class EmulateMagics(Magics):
         from torchdevmagic.emulate.fronts import session as _session
 
         if self._started is not None and _session.active() is self._started:
-            _session.stop()
+            _session.end()
         self._started = None

@@ -1,4 +1,5 @@
-"""``%emulate_cuda status`` in words: one line, laid out with :mod:`.blocks`.
+"""``%emulate_cuda status`` and ``off`` in words, laid out with :mod:`.blocks`: the state in
+one line; after ``off``, the variables left on an emulated GPU or moved to the CPU.
 
 It reads the fields of ``emulate.fronts.status.EmulationStatus`` (:class:`Emulated`), which
 renders itself through this module: this module imports nothing of the emulator.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Protocol
 
-from torchdevmagic.render.blocks import Block, Line
+from torchdevmagic.render.blocks import Block, Code, Line
 
 LIMITS = (
     "computes on the CPU: no custom CUDA ops, Triton or torch.compile GPU kernels, no NCCL, "
@@ -25,6 +26,12 @@ class Emulated(Protocol):
     def capacity_bytes(self) -> int: ...
     @property
     def current(self) -> Optional[int]: ...
+    @property
+    def left_behind(self) -> tuple[str, ...]: ...
+    @property
+    def moved(self) -> tuple[str, ...]: ...
+    @property
+    def fix(self) -> str: ...
 
 
 def status_line(s: Emulated) -> str:
@@ -38,4 +45,24 @@ def status_line(s: Emulated) -> str:
 
 
 def status_blocks(s: Emulated) -> list[Block]:
-    return [Line(status_line(s), hang=2)]
+    return [Line(status_line(s), hang=2), *left_blocks(s.left_behind, s.moved, s.fix)]
+
+
+def left_blocks(left: tuple[str, ...], moved: tuple[str, ...] = (), fix: str = "") -> list[Block]:
+    """What leaving the emulated GPU left: the variables moved to the CPU, those still on an
+    emulated GPU (with emulation off nothing new can join them on ``cuda``), and the line
+    that moves them."""
+    out: list[Block] = []
+    if moved:
+        out.append(Line(f"Moved to the CPU: {', '.join(moved)}", hang=2))
+    if left:
+        out.append(
+            Line(
+                f"Still on an emulated GPU: {', '.join(left)} (with emulation off, nothing new "
+                "can join them on cuda: this torch has no CUDA)",
+                hang=2,
+            )
+        )
+        if fix and not moved:
+            out.append(Code(fix, label="Fix:  ", indent=0))
+    return out

@@ -9,11 +9,14 @@ from typing import Any
 
 import torch
 
+from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import sizes as _sizes
 from torchdevmagic.emulate.core.sizes import refused
-from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, inner_of, wrap
+from torchdevmagic.emulate.core.tensor import OWN_KEYS, EmulatedTensor, device_of, inner_of, wrap
 
 _CPU = torch.device("cpu")
+_TB: Any = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+_swap: Any = getattr(torch.utils, "swap_tensors", None)  # torch's own, before any session
 
 
 def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bool = False) -> Any:
@@ -74,3 +77,36 @@ def parse_to(rest: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, bool]:
     if len(pos) >= 2:  # non_blocking, copy
         copy = bool(pos[1])
     return device, dtype, copy
+
+
+def leave(t: Any, value: Any = None) -> None:
+    """``t``, an emulated tensor, becomes a plain tensor, the same Python object (a
+    ``Parameter`` stays one: optimizers hold it), so every holder of it has it off the GPU.
+
+    ``t.data = value`` with ``value`` off the emulated GPU (``module.cpu()`` does it for each
+    parameter) makes it a tensor over ``value``'s data. With no ``value`` it is its own CPU
+    tensor's data, its graph kept (a result that has one is a view of it, so its
+    ``backward()`` reaches the leaves). Its gradient comes along on the CPU (a GPU's would
+    stay behind until ``module.cpu()`` moves it, next)."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    d = t.__dict__
+    inner = d["_inner"]
+    requires_grad = inner.requires_grad
+    grad = inner.grad if inner.is_leaf or inner.retains_grad else None  # (torch warns else)
+    param = d.get("_is_param")
+    with torch._C.DisableTorchFunction():
+        if value is None and inner.grad_fn is not None and not param:
+            data = fresh = inner.view_as(inner)  # a node in its graph, requires_grad kept
+        else:
+            data = (inner if value is None else value).detach()
+            fresh = torch.nn.Parameter(data, requires_grad) if param else data
+            if not param:
+                fresh.requires_grad_(requires_grad)
+    extra = {k: v for k, v in d.items() if k not in OWN_KEYS and k != "_is_param"}
+    with torch._C.DisableTorchFunction():
+        _grads.unlink(t)  # torch refuses tensors with weak references
+        _TB.grad.__set__(t, None)  # (the wrapper's gradient slot holds no tensor of its own)
+        _swap(t, fresh)  # torch's own: the session's stand-in is for emulated pairs
+        t.__dict__.update(extra)
+        if grad is not None and grad.shape == data.shape and grad.dtype == data.dtype:
+            t.grad = grad

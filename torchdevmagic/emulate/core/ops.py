@@ -29,9 +29,9 @@ from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import rules as _rules
 from torchdevmagic.emulate.core import sizes as _sizes
 from torchdevmagic.emulate.core import tensor as _tensor
-from torchdevmagic.emulate.core.moves import move_without_session
+from torchdevmagic.emulate.core.moves import leave, move_without_session
 from torchdevmagic.emulate.core.sizes import refused
-from torchdevmagic.emulate.core.tensor import EmulatedTensor, wrap
+from torchdevmagic.emulate.core.tensor import OWN_KEYS, EmulatedTensor, wrap
 
 _EMU = EmulatedTensor
 _Tensor = torch.Tensor
@@ -40,7 +40,6 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _grad_enabled = torch.is_grad_enabled
 _CPU = torch.device("cpu")
 _tuple_iterator = type(iter(()))
-_swap: Any = getattr(torch.utils, "swap_tensors", None)  # torch's own, before any session
 _PLAIN = frozenset({int, float, bool, complex, str, type(None), torch.dtype, slice})
 # autocast("cuda") regions open (any thread), counted by the session's autocast stand-in
 # (cuda/autocast.Regions): an op outside every region pays this one test, not a call into torch.
@@ -242,32 +241,9 @@ def _data_set(func: Any, args: Any, kwargs: Any) -> None:
         t.__dict__["_emulated_device"] = value.__dict__["_emulated_device"]
         return
     if isinstance(value, _Tensor) and type(value) is not _EMU:
-        _leave(t, value)
+        leave(t, value)
         return
     usual(func, args, kwargs)
-
-
-def _leave(t: Any, value: Any) -> None:
-    """``t.data = value`` with ``value`` off the emulated GPU (``module.cpu()`` does it for
-    each parameter): ``t`` becomes a plain tensor over ``value``'s data, the same Python
-    object (a ``Parameter`` stays one: optimizers hold it). Its gradient comes along on the
-    CPU (a GPU's would stay behind until ``module.cpu()`` moves it, next)."""
-    __tracebackhide__ = True  # IPython and pytest show the caller
-    d = t.__dict__
-    inner = d["_inner"]
-    requires_grad, grad = inner.requires_grad, inner.grad
-    data = value.detach()
-    fresh = torch.nn.Parameter(data, requires_grad) if d.get("_is_param") else data
-    if not d.get("_is_param"):
-        fresh.requires_grad_(requires_grad)
-    extra = {k: v for k, v in d.items() if k not in _OWN_KEYS and k != "_is_param"}
-    with torch._C.DisableTorchFunction():
-        _grads.unlink(t)  # torch refuses tensors with weak references
-        _TB.grad.__set__(t, None)  # (the wrapper's gradient slot holds no tensor of its own)
-        _swap(t, fresh)  # torch's own: the session's stand-in is for emulated pairs
-        t.__dict__.update(extra)
-        if grad is not None and grad.shape == data.shape and grad.dtype == data.dtype:
-            t.grad = grad
 
 
 def _deepcopy(func: Any, args: Any, kwargs: Any) -> Any:
@@ -281,12 +257,9 @@ def _deepcopy(func: Any, args: Any, kwargs: Any) -> Any:
     memo[id(t)] = new
     _grads.track(new)
     for key, value in d.items():
-        if key not in _OWN_KEYS:
+        if key not in OWN_KEYS:
             new.__dict__[key] = copy.deepcopy(value, memo)  # _is_param and the like
     return new
-
-
-_OWN_KEYS = frozenset({"_inner", "_emulated_device", "_hook_link"})
 
 
 def _type(func: Any, args: Any, kwargs: Any) -> Any:

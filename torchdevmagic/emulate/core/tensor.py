@@ -197,6 +197,11 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     return t
 
 
+# The keys of an emulated tensor's own dict that are the emulator's (a user's, and
+# ``_is_param``, go along when it is copied or leaves the GPU).
+OWN_KEYS = frozenset({"_inner", "_emulated_device", "_hook_link"})
+
+
 def inner_of(t: Any) -> Any:
     """The CPU tensor behind an emulated tensor; anything else unchanged."""
     return t.__dict__["_inner"] if type(t) is EmulatedTensor else t

@@ -56,6 +56,11 @@ def _gone(ref: Any) -> None:
         _BYTES[packed & _INDEX_MASK] -= packed >> _INDEX_BITS
 
 
+def forget(storage: Any) -> None:
+    """``storage`` left the emulated GPU (its tensor is a CPU tensor now): out of the count."""
+    _gone(weakref.ref(storage))
+
+
 class Ledger:
     """Allocated/peak/reserved bytes per emulated device."""
 

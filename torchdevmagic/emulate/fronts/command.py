@@ -94,7 +94,7 @@ def run_script(path: str, script_args: Sequence[str], devices: int, memory: floa
         return 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        _session.stop()
+        _session.end()
     print(f"torchdevmagic: {path} ran without device errors on {devices} emulated GPU(s)")
     return 0
 

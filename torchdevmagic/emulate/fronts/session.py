@@ -6,7 +6,8 @@ import contextlib
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -27,6 +28,10 @@ from torchdevmagic.emulate.cuda.devices import Devices
 from torchdevmagic.emulate.cuda.memory import Ledger
 from torchdevmagic.emulate.cuda.placement import PlacementMode, swap_standin
 from torchdevmagic.emulate.cuda.standins import MEMORY_NAMES, CudaStandIns
+from torchdevmagic.emulate.fronts.leaving import left_behind, to_cpu
+from torchdevmagic.emulate.fronts.status import EmulationStatus
+from torchdevmagic.render import blocks
+from torchdevmagic.render.emulation import left_blocks
 
 DEFAULT_CAPACITY = 16 << 30  # bytes per emulated GPU, as a 16 GB card
 
@@ -52,6 +57,14 @@ _ACTIVE: Optional[Session] = None
 def active() -> Optional[Session]:
     """The running session, or ``None``."""
     return _ACTIVE
+
+
+def status() -> EmulationStatus:
+    """The emulation state now."""
+    session = _ACTIVE
+    if session is None:
+        return EmulationStatus(False)
+    return EmulationStatus(True, session.count, session.ledger.capacity, session.devices.current)
 
 
 def supported() -> bool:
@@ -114,12 +127,45 @@ def _forked_child() -> None:
         session.devices.forked = True
 
 
-def stop() -> None:
-    """Turn the emulated GPU off and put every patched attribute back. Idempotent."""
+def end() -> bool:
+    """Turn the emulated GPU off and put every patched attribute back; whether it was on."""
     global _ACTIVE
     session, _ACTIVE = _ACTIVE, None
     if session is not None:
         session.patcher.undo()
+    return session is not None
+
+
+class LeftOnEmulatedGPU(UserWarning):
+    """Variables still hold tensors of an emulated GPU that was turned off."""
+
+
+STOP_TO_CPU = 'from torchdevmagic.emulate import stop; stop(to="cpu")'
+
+
+def stop(namespace: Optional[Mapping[str, Any]] = None, *, to: Optional[str] = None) -> None:
+    """Turn the emulated GPU off and put every patched attribute back. Idempotent.
+
+    The variables of ``namespace`` (default: the caller's globals) still on an emulated GPU
+    are named in a :class:`LeftOnEmulatedGPU` warning: with emulation off, nothing new can
+    join them on ``cuda``. ``to="cpu"`` brings every emulated tensor still alive to the CPU
+    (the same objects: a module's parameters, an optimizer's state and the variables holding
+    them all follow), emulation on or already off."""
+    if to not in (None, "cpu"):
+        raise ValueError(f"stop(to=...) takes 'cpu' (got {to!r})")
+    if namespace is None:
+        frame = sys._getframe(1)
+        namespace = frame.f_globals
+        del frame
+    was_on = end()
+    if to == "cpu":
+        to_cpu()
+    elif not was_on:
+        return
+    names = left_behind(namespace)
+    if names:
+        text = blocks.to_text(left_blocks(names, (), STOP_TO_CPU))
+        warnings.warn(text, LeftOnEmulatedGPU, stacklevel=2)
 
 
 @contextlib.contextmanager
@@ -130,7 +176,7 @@ def emulate_cuda(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Iterator[S
         yield session
     finally:
         if _ACTIVE is session:
-            stop()
+            end()
 
 
 def _apply(session: Session) -> None:

@@ -1,4 +1,4 @@
-"""What ``%emulate_cuda status`` reports: a record; its words are
+"""What ``%emulate_cuda status`` and ``off`` report: a record; its words are
 :mod:`torchdevmagic.render.emulation`'s."""
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ class EmulationStatus(Displayable):
     devices: int = 0
     capacity_bytes: int = 0
     current: Optional[int] = None
+    # off: the variables still on an emulated GPU, and those just brought to the CPU
+    left_behind: tuple[str, ...] = ()
+    moved: tuple[str, ...] = ()
+    fix: str = "%emulate_cuda off --to cpu"  # what brings them back, as the caller types it
 
     def to_text(self) -> str:
         return blocks.to_text(status_blocks(self))
@@ -28,13 +32,3 @@ class EmulationStatus(Displayable):
 
     def __rich__(self) -> Any:
         return blocks.to_rich(status_blocks(self))
-
-
-def status() -> EmulationStatus:
-    """The emulation state now."""
-    from torchdevmagic.emulate.fronts import session as _session
-
-    session = _session.active()
-    if session is None:
-        return EmulationStatus(False)
-    return EmulationStatus(True, session.count, session.ledger.capacity, session.devices.current)

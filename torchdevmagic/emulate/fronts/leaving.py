@@ -1,0 +1,52 @@
+"""Leaving the emulated GPU: the variables still on it, and bringing them to the CPU.
+
+A tensor made on the emulated GPU still says ``cuda:N`` after the session stops, and its
+next use fails, far from here ("Torch not compiled with CUDA enabled"). :func:`left_behind`
+names the variables holding one, as ``%devices`` finds them (``torchdevmagic.api.scan``, the
+one reader of user objects). :func:`to_cpu` turns every emulated tensor still alive into a
+plain CPU tensor, the same Python object (``core/moves.leave``), so whatever holds it (a
+variable, a container, a module's parameters and buffers, an optimizer's state) holds it on
+the CPU; it reads no user object, only the emulator's own tensors.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+_VARIABLE = re.compile(r"[^.\[]+")  # a path's variable: model.fc.weight, batch['x']
+
+
+def left_behind(namespace: Mapping[str, Any], hidden: Iterable[str] = ()) -> tuple[str, ...]:
+    """The variables of ``namespace`` that hold something on an emulated GPU, by name."""
+    from torchdevmagic.api import scan
+
+    report = scan(namespace, device="cuda", hidden=hidden, sort="name", gpus=False)
+    names: dict[str, None] = {}
+    for row in report.rows:
+        found = _VARIABLE.match(row.path)
+        names[found.group(0) if found else row.path] = None
+    return tuple(names)
+
+
+def to_cpu() -> int:
+    """Every emulated tensor still alive becomes a plain CPU tensor in place, and leaves the
+    emulated GPU's memory count; returns how many did. One that torch refuses to swap (its
+    wrapper held by C++, as a graph on the wrappers would hold it) stays as it is."""
+    from torchdevmagic.emulate.core.moves import leave
+    from torchdevmagic.emulate.core.tensor import EmulatedTensor
+    from torchdevmagic.emulate.cuda.memory import forget
+
+    tensors = [obj for obj in gc.get_objects() if type(obj) is EmulatedTensor]
+    moved = 0
+    for t in tensors:
+        inner = t.__dict__["_inner"]
+        try:
+            leave(t)
+        except RuntimeError:
+            continue
+        forget(inner.untyped_storage())
+        moved += 1
+    return moved
