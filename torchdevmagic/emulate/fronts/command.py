@@ -3,8 +3,9 @@
 A script runs in this process under emulation (``runpy``, ``sys.argv`` as the script would
 see it); a device error prints its traceback and the %%devcheck diagnosis, and the exit status
 is 1. A notebook runs in a real Jupyter kernel (nbclient), emulation and ``%devcheck on``
-switched on first; every cell runs even after a failure, each device error is reported with
-its cell, diagnosis and fix, and the exit status is 1 when any cell failed.
+switched on first, code cell N as ``In[N]``; it stops at the first cell that fails, as Run
+All does (what follows builds on it), reports that cell with its diagnosis and fix, names
+the cells not run, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -121,10 +122,22 @@ def _kernel_manager(workdir: Path) -> Any:
     spec_dir = workdir / "kernels" / "tdm-emulate"
     spec_dir.mkdir(parents=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        # (its log at ERROR: the warnings of a kernel on localhost are not the notebook's)
+        "argv": [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            "--IPKernelApp.log_level=ERROR",
+        ],
         "display_name": "torchdevmagic emulate",
         "language": "python",
-        "env": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+        # (debugpy's warning about frozen modules, under ipykernel 6 on Python 3.11+, too)
+        "env": {
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        },
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
     specs = KernelSpecManager(kernel_dirs=[str(workdir / "kernels")], ensure_native_kernel=False)
@@ -140,7 +153,8 @@ def run_notebook(path: Path, devices: int, memory: float, timeout: int) -> int:
         f"%load_ext torchdevmagic\n%emulate_cuda on --devices {devices} --memory {memory}\n"
         "%devcheck on"
     )
-    failures = 0
+    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    failed: Optional[int] = None
     with tempfile.TemporaryDirectory() as tmp:
         client = NotebookClient(
             nb,
@@ -151,27 +165,45 @@ def run_notebook(path: Path, devices: int, memory: float, timeout: int) -> int:
         )
         with client.setup_kernel():
             _run_hidden(client, setup, 0)
-            code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
             for number, (index, cell) in enumerate(code, 1):
+                # Code cell N runs as In[N] (the runner's own cells are kept out of the
+                # history; an empty cell, which nbclient skips, is counted as "pass"), so the
+                # diagnosis's "Cell In[N], line L" is the code cell this report numbers.
+                if not cell.source.strip():
+                    _run_hidden(client, nbformat.v4.new_code_cell("pass"), index, counted=True)
+                    continue
                 client.execute_cell(cell, index)
                 error = next((o for o in cell.outputs if o.output_type == "error"), None)
                 if error is None:
                     continue
-                failures += 1
                 report = _run_hidden(client, nbformat.v4.new_code_cell(_PROBE), index)
                 nb.cells[index] = cell
                 _print_failure(number, cell, error, report)
+                failed = number
+                break  # as Run All stops: what follows builds on what failed
     name = path.name
-    if failures:
-        print(f"torchdevmagic: {name}: {failures} cell(s) failed on {devices} emulated GPU(s)")
+    if failed is not None:
+        rest = len(code) - failed
+        after = "" if not rest else f"; {_cells_not_run(failed + 1, len(code))} not run"
+        print(
+            f"torchdevmagic: {name}: code cell {failed} failed on {devices} emulated GPU(s){after}"
+        )
         return 1
     print(f"torchdevmagic: {name} ran without errors on {devices} emulated GPU(s)")
     return 0
 
 
-def _run_hidden(client: Any, cell: Any, index: int) -> Optional[dict[str, Any]]:
+def _cells_not_run(first: int, last: int) -> str:
+    return f"code cell {first}" if first == last else f"code cells {first} to {last}"
+
+
+def _run_hidden(
+    client: Any, cell: Any, index: int, counted: bool = False
+) -> Optional[dict[str, Any]]:
+    """Run one of the runner's own cells, kept out of the notebook and, unless ``counted``,
+    out of IPython's history (the user's cells keep their numbers)."""
     saved = client.nb.cells[index] if client.nb.cells else None
-    client.execute_cell(cell, index)
+    client.execute_cell(cell, index, store_history=counted)
     if saved is not None:
         client.nb.cells[index] = saved
     for out in cell.outputs:
