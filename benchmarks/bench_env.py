@@ -33,7 +33,7 @@ def main(repeat: int = 20) -> None:
     import torch
 
     print(f"torch {torch.__version__} import: {(time.perf_counter() - start) * 1e3:.0f} ms")
-    from torchdevmagic.env import check_environment
+    from torchdevmagic.env.report import check_environment
     from torchdevmagic.gpu import GpuBackend, Nvml, device_memory
 
     # A fresh Nvml and no torch: the path that tries nvmlInit (once; the failure is cached).

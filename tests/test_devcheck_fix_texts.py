@@ -165,7 +165,7 @@ def test_a_subscript_inside_a_function_keeps_the_quotes_it_was_typed_with(emu: A
 
 @pytest.mark.no_cuda
 def test_a_cuda_checkpoint_on_a_cpu_machine_has_one_fix(emu: Any, tmp_path: Path) -> None:
-    from torchdevmagic.env import check_environment
+    from torchdevmagic.env.report import check_environment
 
     path = str(tmp_path / "ckpt.pt")
     setup = (
