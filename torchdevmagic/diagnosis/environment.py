@@ -41,9 +41,9 @@ def fix_for_error(message: str, report: Any = None) -> Optional[str]:
     "Found no NVIDIA driver on your system", "no kernel image is available for execution on
     the device", "No CUDA GPUs are available", the driver-too-old and ``...
     torch.cuda.is_available() is False`` texts, ...), ``"<headline> -> fix: <fix>"`` from
-    :func:`torchdevmagic.env.check_environment` (run now unless ``report`` is given). ``None``
-    when the message is not an environment error, or when the environment looks fine
-    (verdict ``ok``: the caller's own, message-based fix applies). Never raises."""
+    :func:`torchdevmagic.env.report.check_environment` (run now unless ``report`` is given).
+    ``None`` when the message is not an environment error, or when the environment looks
+    fine (verdict ``ok``: the caller's own, message-based fix applies). Never raises."""
     if not is_environment_error(message):
         return None
     return _verdict(report)
