@@ -145,8 +145,18 @@ def _ipython() -> Any:
 
 @pytest.fixture
 def shell(_ipython: Any) -> Any:
-    """A real InteractiveShell, fresh namespace, torchdevmagic loaded; unloaded afterwards."""
+    """A real InteractiveShell, fresh namespace, torchdevmagic loaded; unloaded afterwards.
+
+    Fresh also means no last traceback: an earlier test's failed cell leaves one (IPython's
+    ``sys.last_*`` and its formatter's ``tb``), and its frames' locals would be what
+    ``%devices --free`` finds pinned, depending on which tests ran before."""
+    import sys
+
     _ipython.reset(new_session=False)
+    _ipython.InteractiveTB.tb = None
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
     _ipython.extension_manager.load_extension("torchdevmagic")
     yield _ipython
     _ipython.extension_manager.unload_extension("torchdevmagic")
