@@ -73,6 +73,206 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# --- the two tiers -----------------------------------------------------------------------------
+# `python -m pytest`, bare, runs the quick tier; `python -m pytest --full` runs every test (CI
+# does, in every leg). Naming files, folders or node ids, or selecting with -k or -m, selects
+# from every test: what a developer names is what runs. `-m quick` selects the quick tier.
+#
+# The quick tier was chosen from each test's measured CPU time (a full run with a per-test
+# CPU clock; `python benchmarks/time_tests.py` times a whole run): the test files whose tests
+# are cheap, whole; one or a few tests of each other file, so that every test file, and
+# through it every module, is exercised; and tests/test_smoke.py, a smoke test of each magic
+# through a real shell and a real kernel. Tests marked ``slow`` (a kernel, a browser, a
+# subprocess, the wheel) stay out of a whole file unless named below. tests/test_tiers.py
+# checks the smoke tests are kept, every name below matches a test, and every test file is
+# here or in FULL_ONLY_FILES.
+
+#: Test files in the quick tier whole (but their ``slow`` tests).
+QUICK_FILES = frozenset(
+    {
+        "test_cell.py",
+        "test_cell_syntax_errors.py",
+        "test_citations.py",
+        "test_cuda_time_cells.py",
+        "test_cuda_time_gpu_truth.py",
+        "test_cuda_time_loop.py",
+        "test_cuda_time_magic.py",
+        "test_cuda_time_plot.py",
+        "test_devcheck_checkpoint_wrappers.py",
+        "test_devcheck_fix_texts.py",
+        "test_devcheck_fixcell.py",
+        "test_devcheck_fixsource.py",
+        "test_devcheck_magic.py",
+        "test_devcheck_meta_model.py",
+        "test_device.py",
+        "test_devices_diff.py",
+        "test_devices_emulated.py",
+        "test_devices_history.py",
+        "test_devices_proxies_and_keys.py",
+        "test_diagnosis_add_rule.py",
+        "test_diagnosis_corpus.py",
+        "test_diagnosis_rules.py",
+        "test_diagnosis_seams.py",
+        "test_emulate_autocast.py",
+        "test_emulate_autograd.py",
+        "test_emulate_default_argument.py",
+        "test_emulate_fork.py",
+        "test_emulate_function.py",
+        "test_emulate_layers.py",
+        "test_emulate_leaving.py",
+        "test_emulate_notebooks.py",
+        "test_emulate_packed.py",
+        "test_emulate_rules.py",
+        "test_emulate_support.py",
+        "test_env.py",
+        "test_env_pyenv.py",
+        "test_format.py",
+        "test_gpu.py",
+        "test_import_layers.py",
+        "test_module_rows.py",
+        "test_package.py",
+        "test_render_bars.py",
+        "test_render_lines.py",
+        "test_scan.py",
+        "test_scan_equivalence.py",
+        "test_scan_layers.py",
+        "test_scan_safe.py",
+        "test_scan_subclasses.py",
+        "test_smoke.py",
+        "test_terminal_figures.py",
+        "test_timing.py",
+        "test_words_at_the_edges.py",
+    }
+)
+
+#: Single tests in the quick tier, ``file::function`` (every parameter) or ``file::name[id]``.
+QUICK_TESTS = frozenset(
+    {
+        # the smoke tests through a real kernel (slow: one kernel runs them all)
+        "test_smoke.py::test_in_a_real_kernel",
+        "test_devcheck_helpers.py::"
+        "test_a_loss_defined_elsewhere_names_the_weight_where_the_call_reads_it[partial_keyword]",
+        "test_devcheck_real.py::test_case_set_is_large_and_cited",
+        "test_devcheck_real.py::test_real_case[ce_weight_left_on_cpu]",
+        "test_devcheck_real_fixes.py::test_fix_variant[item_of_a_dict_the_cell_creates]",
+        "test_devcheck_real_more.py::test_numpy_over_a_list_of_gpu_tensors_in_forward_stays_in_torch",
+        "test_devcheck_real_safety.py::test_oom_ranking_counts_each_storage_once",
+        "test_devcheck_tb.py::test_before_any_error",
+        "test_devices_limits.py::test_nesting_past_the_depth_limit_is_said_in_text_html_and_rich",
+        "test_devices_magic.py::test_devices_prints_rows_for_the_users_variables",
+        "test_devices_magic.py::test_dash_o_returns_the_report_object",
+        "test_devices_magic.py::test_terminal_shell_gets_rich_output",
+        "test_emulate.py::test_numpy_fails_as_on_a_gpu",
+        "test_emulate.py::test_start_stop_and_refusals",
+        "test_emulate_devcheck.py::test_numpy_of_a_named_gpu_tensor",
+        "test_emulate_frontdoors.py::test_command_usage_errors",
+        "test_emulate_frontdoors.py::test_magic_twice_on_and_unload_stops",
+        "test_emulate_frontdoors.py::test_pytest11_entry_point_is_declared",
+        "test_emulate_grads.py::test_moved_and_copied_parameters_keep_their_gradients_mirrored",
+        "test_emulate_hooks.py::test_module_backward_hooks_as_on_a_gpu",
+        "test_emulate_passed_in.py::test_lengths_passed_in_are_not_said_to_be_made_in_the_helper",
+        "test_emulate_pinned.py::test_non_blocking_copies",
+        "test_emulate_refusals.py::test_out_of_memory_is_cuda_s_before_the_cpu_allocates[empty]",
+        "test_env_doors.py::test_an_api_report_outside_ipython_is_for_a_script",
+        "test_env_doors.py::test_ipython_fix_lines_run_in_a_cell[no_gpu]",
+        "test_finding_fixes.py::test_split_sequential_fix_names_the_odd_index",
+        "test_free.py::test_the_result_of_the_cell_just_before_comes_back",
+        "test_front_door_words.py::"
+        "test_a_timer_speaks_of_calls_and_keywords_the_magic_of_cells_and_options",
+        "test_magic_help.py::test_devcheck_on_confirms_in_one_line",
+        "test_oom.py::test_every_form_is_out_of_memory",
+        "test_oom.py::test_other_cublas_failures_stay_runtime_errors",
+        "test_optimizer_rows.py::test_an_sgd_subclass_is_read_without_running_its_code",
+        "test_option_conflicts.py::test_devices_modes_keep_the_options_they_read",
+        "test_sacred_exception.py::test_the_exception_leaves_as_it_came_in",
+        "test_sacred_magics.py::test_the_limit_itself_is_accepted",
+        "test_sacred_memory.py::test_the_advice_frees_a_tensor_pinned_by_the_last_traceback[-scan]",
+        "test_sacred_rules.py::test_the_cap_keeps_the_head_and_the_tail_of_a_message",
+        "test_selfcheck.py::test_compiled_judgement",
+        "test_selfcheck.py::test_cpu_only_run_skips_every_check_with_the_reason",
+        "test_terminal_width.py::test_every_line_fits_in_80_columns",
+    }
+)
+
+#: Test files with no test in the quick tier, and why.
+FULL_ONLY_FILES = {
+    "test_cuda_time_kernel.py": "each test starts a Jupyter kernel (test_smoke.py has one)",
+    "test_devcheck_kernel.py": "a Jupyter kernel (test_smoke.py has one)",
+    "test_devcheck_terminal.py": "terminal IPython in tmux",
+    "test_free_accounts.py": "each test trains an emulated model: about 6 s of CPU",
+    "test_kernel_sacred.py": "a Jupyter kernel (test_smoke.py has one)",
+    "test_notebook.py": "runs the demo notebook in a kernel and renders it in Chromium",
+    "test_oom_fragmentation_gpu.py": "needs a CUDA GPU",
+    "test_tiers.py": "collects the whole suite three times, in subprocesses",
+    "test_terminal_env_width.py": "terminal IPython in a pty, about 15 s",
+    "test_wheel.py": "builds the wheel and the sdist",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help="run every test (what CI runs). A bare `python -m pytest` runs the quick tier, "
+        "the tests marked quick; files, node ids, -k or -m select from every test.",
+    )
+
+
+def quick_tier_applies(config: pytest.Config) -> bool:
+    """Whether this run is the bare command: no --full, no files or node ids, no -k, no -m."""
+    if config.getoption("full"):
+        return False
+    if config.args_source is pytest.Config.ArgsSource.ARGS:
+        return False  # files, folders or node ids named on the command line
+    return not (config.getoption("keyword") or config.getoption("markexpr"))
+
+
+def _quick_names(item: pytest.Item) -> set[str]:
+    base = item.path.name
+    return {f"{base}::{item.name}", f"{base}::{getattr(item, 'originalname', item.name)}"}
+
+
+_TIER_KEY = pytest.StashKey[str]()
+
+
+def _mark_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the quick tier's tests ``quick``; on a bare run, keep only them."""
+    named: set[str] = set()
+    for item in items:
+        names = _quick_names(item) & QUICK_TESTS
+        named |= names
+        whole = item.path.name in QUICK_FILES and not item.get_closest_marker("slow")
+        if names or whole:
+            item.add_marker(pytest.mark.quick)
+    if config.getoption("full"):
+        config.stash[_TIER_KEY] = f"full run: all {len(items)} tests"
+    if not quick_tier_applies(config):
+        return
+    quick = [item for item in items if item.get_closest_marker("quick")]
+    left = [item for item in items if not item.get_closest_marker("quick")]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = quick
+    line = (
+        f"quick tier: {len(quick)} of {len(quick) + len(left)} tests "
+        "(python -m pytest --full runs them all)"
+    )
+    unmatched = sorted(QUICK_TESTS - named)
+    if unmatched:
+        line += "; QUICK_TESTS names no test: " + ", ".join(unmatched)
+    config.stash[_TIER_KEY] = line
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    return [config.stash[_TIER_KEY]] if _TIER_KEY in config.stash else []
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if _TIER_KEY in config.stash:
+        terminalreporter.write_line(config.stash[_TIER_KEY])
+
+
 # Test files that run the emulated GPU throughout (the demo notebook has a section on it).
 _EMULATING_FILES = ("test_emulate", "test_notebook")
 _STARTING_FIXTURES = frozenset({"emu", "emu_shell"})  # fixtures that turn emulation on
@@ -86,8 +286,11 @@ def _emulation_supported() -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip, with the reason, the tests this machine or this torch cannot run: ``cuda``
-    tests without a GPU; on old torch (2.1), the two stand-ins for a GPU that it lacks."""
+    tests without a GPU; on old torch (2.1), the two stand-ins for a GPU that it lacks. A bare
+    `python -m pytest` keeps the quick tier only (above)."""
     import importlib.metadata
+
+    _mark_tier(config, items)
 
     try:
         torch_version = importlib.metadata.version("torch")
