@@ -2,7 +2,7 @@
 and the sdist carries everything the tests read.
 
 Both build offline (``--no-build-isolation``: hatchling comes with the ``test`` extra), so
-they run in CI as in a checkout; ``-m "not slow"`` leaves them out of quick runs.
+they run in CI (``--full``) as in a checkout; the quick tier leaves them out.
 """
 
 from __future__ import annotations
