@@ -475,11 +475,59 @@ def to_plain(obj: Any) -> Any:
     return obj
 
 
+# -- a %%devcheck diagnosis --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """One value the user wrote, as they wrote it."""
+
+    expression: str  # x, model, batch["ids"], model.scale
+    device: str  # "cpu", "cuda:0", "mixed: 4 cuda:0, 2 cpu"
+    description: str  # "Tensor[32, 784] float32", "Sequential (all 6 parameters)"
+
+
+@dataclass(frozen=True)
+class MachineVerdict:
+    """This machine's environment verdict, as a diagnosis needs it (torchdevmagic.env's)."""
+
+    code: str  # "cpu_only", "no_driver", ...
+    headline: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class DiagnosisRecord:
+    """What went wrong, in the user's own names, and the line that fixes it: the fields of
+    :class:`torchdevmagic.diagnosis.Diagnosis`, which is this with its renderings (their words
+    and layout: :mod:`torchdevmagic.render.diagnosis`)."""
+
+    kind: str  # "device_mismatch", "dtype_mismatch", "out_of_memory", ...
+    summary: str  # one line
+    culprits: tuple[Culprit, ...]
+    fix: Optional[str]  # one line of Python, or None
+    message: str = ""  # PyTorch's message, wrappers stripped
+    rule: str = ""  # the rule that recognised it
+    lineno: Optional[int] = None  # of the failing line, in its cell/file
+    source: Optional[str] = None  # the failing line, stripped
+    location: str = ""  # "Cell In[3], line 2", "trainlib.py:41 in train_step"
+    fix_lineno: Optional[int] = None  # the fix replaces this line (same cell/file); else run it
+    context: tuple[Culprit, ...] = ()  # the values that are where they should be
+    notes: tuple[str, ...] = ()
+    fix_file: str = ""  # the code file of fix_lineno when it is not the failing cell's
+    fix_scope: str = ""  # "Net.forward (Cell In[3], line 12)": the fix goes in that function
+    fix_insert: bool = False  # the fix goes before line fix_lineno instead of replacing it
+    fix_end_lineno: Optional[int] = None  # the fix replaces lines fix_lineno to this one
+
+
 __all__ = [
+    "Culprit",
     "DeviceMemory",
     "DeviceShare",
+    "DiagnosisRecord",
     "Finding",
     "Holder",
+    "MachineVerdict",
     "Member",
     "ModuleParts",
     "Row",

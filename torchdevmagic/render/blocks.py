@@ -82,6 +82,8 @@ class Table(NamedTuple):
     rows: Sequence[Sequence[str]]
     right_align: tuple[int, ...] = ()
     wrap: tuple[int, ...] = ()  # columns that may wrap (others stay whole: copyable)
+    indent: int = 0  # spaces before each line of text (HTML has its own spacing)
+    headed: bool = True  # False: the header line only in HTML (text shows the rows alone)
 
 
 # Bars and Picture: pictures, in HTML only (the tables and lines say the same)
@@ -101,7 +103,9 @@ def to_text(blocks: Sequence[Block], width: Optional[int] = None) -> str:
     out = []
     for b in blocks:
         if isinstance(b, Table):
-            out.append(text_table(b.headers, b.rows, right_align=b.right_align))
+            t = _in_text(b)
+            lines = text_table(t.headers, t.rows, right_align=t.right_align).split("\n")
+            out += [" " * t.indent + line for line in lines[0 if t.headed else 1 :]]
         elif isinstance(b, (Line, Code)):
             out.append(b.text)
     return "\n".join(out)
@@ -110,23 +114,28 @@ def to_text(blocks: Sequence[Block], width: Optional[int] = None) -> str:
 def to_html(blocks: Sequence[Block]) -> str:
     parts: list[str] = []
     lines: list[tuple[str, Union[str, None]]] = []
+    code = False  # the lines gathered are code: their spaces kept
+
+    def flush() -> None:
+        if lines:
+            parts.append(html_lines(lines, pre=code))
+            lines.clear()
+
     for b in blocks:
+        if isinstance(b, (Code, Line)) and isinstance(b, Code) != code:
+            flush()
+            code = isinstance(b, Code)
         if isinstance(b, Table):
-            if lines:
-                parts.append(html_lines(lines))
-                lines = []
+            flush()
             parts.append(html_table(b.headers, b.rows, right_align=b.right_align))
         elif isinstance(b, (Bars, Picture)):
-            if lines:
-                parts.append(html_lines(lines))
-                lines = []
+            flush()
             parts.append(bars_html(b) if isinstance(b, Bars) else picture_html(b))
         elif isinstance(b, Code):
             lines.append((b.text, None))
         elif b.text:  # blank lines separate sections in text; HTML has its own spacing
             lines.append((b.text, STYLES[b.style][0]))
-    if lines:
-        parts.append(html_lines(lines))
+    flush()
     return html_block(*parts)
 
 
@@ -167,12 +176,22 @@ def lay_out(blocks: Sequence[Block], width: int, rich: bool = False) -> list[tup
     out: list[tuple[str, str]] = []
     for b in blocks:
         if isinstance(b, Table):
-            out += table_lines(b, width)
+            t = _in_text(b)
+            out += [
+                (" " * t.indent + text, style)
+                for text, style in table_lines(t, width - t.indent)
+                if t.headed or style != "header"
+            ]
         elif isinstance(b, Code):
             out += [(t, "fix") for t in code_block_lines(b, width)]
         elif isinstance(b, Line) and (b.text or not rich):
             out += [(t, b.style) for t in wrap_line(b.text, width, b.hang)]
     return out
+
+
+def _in_text(t: Table) -> Table:
+    """The table as text shows it: without its header line, the headers take no width."""
+    return t if t.headed else t._replace(headers=("",) * len(t.headers))
 
 
 # -- lines -------------------------------------------------------------------------------------
@@ -416,7 +435,7 @@ def _records(t: Table, width: int) -> list[tuple[str, str]]:
     pad = " " * UNDER
     for row in t.rows:
         out += [(s, "") for s in fill([row[0]], width, width)]
-        pairs = [f"{h}: {c}" for h, c in zip(t.headers[1:], row[1:]) if c]
+        pairs = [f"{h}: {c}" if h else c for h, c in zip(t.headers[1:], row[1:]) if c]
         line = ""
         for pair in pairs:
             if line and len(pad) + len(line) + 2 + len(pair) <= width:
@@ -477,11 +496,14 @@ def html_table(
     return f'<table style="{_TABLE}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def html_lines(lines: Sequence[tuple[str, Optional[str]]]) -> str:
-    """Short lines, ``(text, colour or None)`` each, escaped."""
+def html_lines(lines: Sequence[tuple[str, Optional[str]]], pre: bool = False) -> str:
+    """Short lines, ``(text, colour or None)`` each, escaped; ``pre`` keeps their spaces
+    (code: a statement over several lines keeps its indentation)."""
     out = []
     for text, color in lines:
-        style = _LINE + (f";color:{color}" if color else "")
+        style = (
+            _LINE + (";white-space:pre-wrap" if pre else "") + (f";color:{color}" if color else "")
+        )
         out.append(f'<div style="{style}">{esc(text)}</div>')
     return "".join(out)
 
