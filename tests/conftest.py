@@ -111,6 +111,7 @@ QUICK_FILES = frozenset(
         "test_devices_proxies_and_keys.py",
         "test_diagnosis_add_rule.py",
         "test_diagnosis_corpus.py",
+        "test_diagnosis_render.py",
         "test_diagnosis_rules.py",
         "test_diagnosis_seams.py",
         "test_emulate_autocast.py",
