@@ -132,6 +132,7 @@ QUICK_FILES = frozenset(
         "test_import_layers.py",
         "test_module_rows.py",
         "test_package.py",
+        "test_readme_first_lines.py",
         "test_render_bars.py",
         "test_render_lines.py",
         "test_scan.py",
@@ -189,6 +190,8 @@ QUICK_TESTS = frozenset(
         "test_sacred_magics.py::test_the_limit_itself_is_accepted",
         "test_sacred_memory.py::test_the_advice_frees_a_tensor_pinned_by_the_last_traceback[-scan]",
         "test_sacred_rules.py::test_the_cap_keeps_the_head_and_the_tail_of_a_message",
+        "test_readme_first_lines.py::"
+        "test_the_run_line_prints_the_table_in_any_shell_from_any_folder[sh]",
         "test_selfcheck.py::test_compiled_judgement",
         "test_selfcheck.py::test_cpu_only_run_skips_every_check_with_the_reason",
         "test_terminal_width.py::test_every_line_fits_in_80_columns",
