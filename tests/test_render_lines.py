@@ -310,3 +310,17 @@ def test_each_column_shows_the_field_of_its_header() -> None:
         nvml = f"{format_bytes(gpu.nvml_used_bytes)} / {format_bytes(gpu.nvml_total_bytes)}"
         assert by_header[GPU_NVML[0]] == nvml
     assert set(report.to_dict()["rows"][0]) == set(Row._fields)
+
+
+def test_display_writes_no_tables() -> None:
+    """One way to write output: tables and lines are render/blocks' (text, HTML, rich from
+    one layout); _display keeps only what every result shares."""
+    import ast
+
+    import torchdevmagic._display as display
+
+    tree = ast.parse(Path(display.__file__).read_text(encoding="utf-8"))
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert defined == {"Displayable", "Trimmed", "trim_line", "esc"}
+    for name in ("text_table", "html_table", "html_lines", "html_block"):
+        assert not hasattr(display, name), name

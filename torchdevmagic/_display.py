@@ -6,13 +6,16 @@ A result renders itself three ways from the same data:
 * ``to_html()`` – a self-contained HTML fragment with inline styles only, readable on light
   and dark themes (Colab renders every output in its own iframe, so no shared CSS);
 * ``__rich__()`` – a rich renderable for terminal IPython.
+
+The three come from one layout in :mod:`torchdevmagic.render.blocks`, which writes the
+lines and tables; this module keeps what every result shares (the mixin, the rich
+trimming, the colours, HTML escaping) and writes no table.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
-from typing import Any, Optional
+from typing import Any
 
 
 class Displayable:
@@ -85,74 +88,7 @@ def trim_line(line: list[Any]) -> list[Any]:
 WARN_COLOR = "#c26100"
 ERROR_COLOR = "#dc2626"
 OK_COLOR = "#16a34a"
-MUTED_STYLE = "opacity:0.7"
-
-_TABLE = (
-    "border-collapse:collapse;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
-    "font-size:12px;color:inherit;background:transparent;margin:4px 0"
-)
-_CELL = "padding:2px 10px;text-align:left;border-bottom:1px solid rgba(128,128,128,0.35)"
-_HEAD = _CELL + ";font-weight:600;border-bottom:1px solid rgba(128,128,128,0.7)"
 
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def html_table(
-    headers: Sequence[str],
-    rows: Iterable[Sequence[str]],
-    *,
-    right_align: Iterable[int] = (),
-    raw: bool = False,
-) -> str:
-    """An HTML table with inline styles. Cells are escaped unless ``raw``."""
-    right = set(right_align)
-
-    def cell(tag: str, base: str, i: int, value: str) -> str:
-        style = base + (";text-align:right" if i in right else "")
-        return f'<{tag} style="{style}">{value if raw else esc(value)}</{tag}>'
-
-    head = "".join(cell("th", _HEAD, i, h) for i, h in enumerate(headers))
-    body = "".join(
-        "<tr>" + "".join(cell("td", _CELL, i, v) for i, v in enumerate(r)) + "</tr>" for r in rows
-    )
-    return f'<table style="{_TABLE}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def html_lines(lines: Iterable[tuple[str, Optional[str]]], pre: bool = False) -> str:
-    """Short coloured lines (findings, verdicts): ``(text, colour or None)`` pairs; ``pre``
-    keeps their spaces (code)."""
-    out = []
-    for text, color in lines:
-        style = "margin:1px 0;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px"
-        if pre:
-            style += ";white-space:pre-wrap"
-        if color:
-            style += f";color:{color}"
-        out.append(f'<div style="{style}">{esc(text)}</div>')
-    return "".join(out)
-
-
-def html_block(*parts: str) -> str:
-    """Wrap fragments in one container that inherits the page's colours."""
-    return '<div style="color:inherit;background:transparent">' + "".join(parts) + "</div>"
-
-
-def text_table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], right_align: Iterable[int] = ()
-) -> str:
-    """A plain-text table with aligned columns (two spaces between columns)."""
-    right = set(right_align)
-    widths = [len(h) for h in headers]
-    for r in rows:
-        for i, v in enumerate(r):
-            widths[i] = max(widths[i], len(v))
-
-    def line(values: Sequence[str]) -> str:
-        cells = [
-            v.rjust(widths[i]) if i in right else v.ljust(widths[i]) for i, v in enumerate(values)
-        ]
-        return "  ".join(cells).rstrip()
-
-    return "\n".join([line(headers), *(line(r) for r in rows)])
