@@ -170,8 +170,12 @@ def _meta_model_plan(
     """Data met a model wholly on ``meta`` (built under accelerate's ``init_empty_weights`` or
     ``torch.device("meta")``): moving the data to meta would run and compute nothing, a meta
     tensor has no values. The model gets memory where the data is and values in it:
-    ``to_empty``, then each layer's ``reset_parameters``."""
+    ``to_empty``, then each layer's ``reset_parameters``. Not when a variable of the user's
+    names meta (``DEVICE = "meta"``, the demo notebook's ``TARGET``): that notebook put the
+    model on meta on purpose, standing in for a GPU."""
     if fx.device_type(target) != "meta" or not culprits or not culprits[0].devices:
+        return None
+    if fx.names_meta(namespace):
         return None
     real = culprits[0].devices[0]
     if fx.device_type(real) == "meta":
