@@ -156,7 +156,7 @@ def test_a_users_own_underscore_is_not_offered_to_free(emu: Any) -> None:
     # the biggest variables there are listed, none of them an "odd one out" (as a device
     # mismatch's culprit is), and no table row ends in spaces
     table = d.to_text().splitlines()[2]
-    assert table == "  predicted  EmulatedTensor[19660800] int64, 150 MiB  cuda:0", table
+    assert table == "  predicted  Tensor[19660800] int64, 150 MiB  cuda:0", table
 
 
 def test_a_request_larger_than_the_device_is_a_shape_bug(emu: Any) -> None:

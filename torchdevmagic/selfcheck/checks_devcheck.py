@@ -69,7 +69,7 @@ SCENARIOS = (
         ("idx",),
     ),
     Scenario("stray_attribute", STRAY_ATTRIBUTE_SETUP, "out = net(feats)", ("net.scale",)),
-    Scenario("checkpoint_on_cpu", CHECKPOINT_SETUP, 'out = proj(ckpt["emb"])', ("ckpt['emb']",)),
+    Scenario("checkpoint_on_cpu", CHECKPOINT_SETUP, 'out = proj(ckpt["emb"])', ('ckpt["emb"]',)),
 )
 
 
