@@ -175,7 +175,9 @@ class _Scan:
         by_root: dict[str, list[Row]] = {}
         table = self.found.rows
         for row in Rows(table, range(len(table))):
-            by_root.setdefault(_root(row.path), []).append(row)
+            root = _root(row.path)
+            if root.isidentifier():  # a variable; not globals()[1], whose key is no name
+                by_root.setdefault(root, []).append(row)
         held = [
             Held(name, n, _describe(rows, n))
             for name, rows in by_root.items()
