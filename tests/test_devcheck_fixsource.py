@@ -105,14 +105,9 @@ def test_a_fix_over_several_lines_of_an_earlier_cell_names_them_all(
     assert (d.fix_lineno, d.fix_end_lineno) == (5, 7)
     assert d.fix_text().endswith(f"in embed (Cell In[{number}], line 5): replaces lines 5-7")
     corrected, out = fix_cell(shell, capsys)
-    assert corrected is None
-    assert out == (
-        f"%devcheck fix: the fix goes in embed (Cell In[{number}], line 5), not in this cell: "
-        "replace lines 5-7\n"
-        "    bias = torch.zeros(\n"
-        "        2, device=t.device,  # one per output\n"
-        "    )\n"
-    )
+    earlier = SETUP + "\n" + helper + "\nx = torch.randn(3, 4, device=DEVICE)"
+    assert corrected == pasted(earlier, d), corrected  # the earlier cell, corrected, next
+    assert f"embed (Cell In[{number}], line 5)" in out, out
     runs(shell, pasted(SETUP + "\n" + helper, d))  # the earlier cell, fixed where it says
     runs(shell, "%%devcheck\ny = embed(x)")
 
