@@ -104,7 +104,7 @@ The fix `%%devcheck` printed, pasted before the line: the cell runs."""
 
 FIX = """\
 %%devcheck
-cpu_batch['x'] = cpu_batch['x'].to(DEVICE)
+cpu_batch["x"] = cpu_batch["x"].to(DEVICE)
 logits = head(cpu_batch["x"])
 logits.shape, logits.device"""
 

@@ -183,7 +183,7 @@ def test_devices_names_the_variables_and_their_device(executed: Any) -> None:
     cell = _exact(executed, "%devices")
     text = _plain(cell)
     rows = {line.split()[0]: line.split() for line in text.splitlines()[1:] if line.strip()}
-    tensor = "EmulatedTensor" if _emulated(executed) else "Tensor"  # as the emulator says
+    tensor = "Tensor"  # an emulated tensor shows as the class users know
     for name, kind in (
         ("model", "Sequential"),
         ("batch['x']", tensor),
@@ -264,10 +264,10 @@ def test_devcheck_fails_with_the_original_error_and_names_the_culprit(executed: 
     assert error["evalue"] in text
     assert 'logits = head(cpu_batch["x"])' in text  # the user's line, not only torch frames
     # The culprit by the user's own name, the other side by name, and the one-line fix.
-    assert re.search(r"^\s*cpu_batch\['x'\]\s+Tensor\[8, 64\] float32\s+cpu\s+<- odd", text, re.M)
+    assert re.search(r'^\s*cpu_batch\["x"\]\s+Tensor\[8, 64\] float32\s+cpu\s+<- odd', text, re.M)
     assert re.search(r"^\s*head\s+Linear .*cuda:0$", text, re.M), text
     fixes = [line.strip() for line in text.splitlines() if line.strip().startswith("Fix:")]
-    assert fixes == ["Fix:  cpu_batch['x'] = cpu_batch['x'].to(DEVICE)"], text
+    assert fixes == ['Fix:  cpu_batch["x"] = cpu_batch["x"].to(DEVICE)'], text
 
 
 def test_the_printed_fix_pasted_in_the_next_cell_runs(executed: Any) -> None:
