@@ -86,6 +86,7 @@ def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.emulate
 def test_numpy_after_detach_under_pytest_emulate_cuda(tmp_path: Path) -> None:
     test_file = tmp_path / "test_preds.py"
     test_file.write_text(textwrap.dedent(TESTS), encoding="utf-8")
@@ -194,6 +195,7 @@ def _load_error(path: str) -> BaseException:
 
 
 @pytest.mark.no_cuda
+@pytest.mark.emulate
 @pytest.mark.parametrize(
     "code, notes",
     [
