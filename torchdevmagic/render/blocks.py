@@ -271,21 +271,11 @@ def break_code(code: str, room: int) -> list[str]:
         return above + fill(_words(comment), limit - 2, limit - 2, "# ", "# ")
     command = code.lstrip()[:1] in ("%", "!")
     breaks: list[tuple[int, int, bool]] = []  # (end of this line, start of next, backslash)
-    quote, depth, i = "", 0, 0
-    while i < len(code):
-        ch = code[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif code.startswith(quote, i):
-                i += len(quote) - 1
-                quote = ""
-        elif ch in "'\"":
-            quote = code[i : i + 3] if code[i : i + 3] in ("'''", '"""') else ch
-            i += len(quote) - 1
-        elif ch == "#":
+    depth = 0
+    for i, ch in _outside_strings(code):
+        if ch == "#":
             break  # a comment runs to the end: no break inside it
-        elif ch in _OPEN:
+        if ch in _OPEN:
             depth += 1
             if not command and code[i + 1 : i + 2] not in ("", " ", *_CLOSE):
                 breaks.append((i + 1, i + 1, False))
@@ -294,7 +284,6 @@ def break_code(code: str, room: int) -> list[str]:
         elif ch == " " and i and code[i - 1] != " ":
             nxt = i + len(code[i:]) - len(code[i:].lstrip(" "))
             breaks.append((i, nxt, command or depth == 0))
-        i += 1
     lines: list[str] = []
     start, limit = 0, room
     while len(code) - start > limit:
@@ -316,6 +305,12 @@ def break_code(code: str, room: int) -> list[str]:
 
 def _comment_start(code: str) -> Optional[int]:
     """Where ``code``'s comment starts (a ``#`` outside string literals), or ``None``."""
+    return next((i for i, ch in _outside_strings(code) if ch == "#"), None)
+
+
+def _outside_strings(code: str) -> Iterator[tuple[int, str]]:
+    """Each character of ``code`` outside its string literals, with its index (the quotes
+    themselves are not given)."""
     quote, i = "", 0
     while i < len(code):
         ch = code[i]
@@ -328,10 +323,9 @@ def _comment_start(code: str) -> Optional[int]:
         elif ch in "'\"":
             quote = code[i : i + 3] if code[i : i + 3] in ("'''", '"""') else ch
             i += len(quote) - 1
-        elif ch == "#":
-            return i
+        else:
+            yield i, ch
         i += 1
-    return None
 
 
 # -- tables ------------------------------------------------------------------------------------
