@@ -144,3 +144,29 @@ def test_wrapped_fixes_run_when_pasted(printed: tuple[list[str], list[str]], she
             assert result.success, (selection, result.error_before_exec, result.error_in_exec)
             after = shell.run_line_magic("devices", "-o").findings
             assert len(after) == 1, (selection, after)
+
+
+@pytest.mark.emulate
+def test_emulation_and_devcheck_status_fit_in_80_columns(tmp_path: Any) -> None:
+    """What %emulate_cuda and %devcheck print in answer (the emulation's status, what stays
+    on the emulated GPU, the last diagnosis) is fitted to the terminal, not cut mid-word."""
+    script = """
+    import torch
+    %load_ext torchdevmagic
+    %emulate_cuda on
+    model = torch.nn.Linear(4, 2).cuda()
+    x = torch.zeros(3, 4)
+    _ = get_ipython().run_cell("%%devcheck\\ny = model(x)")
+    %devcheck
+    %emulate_cuda off
+    """
+    out = run_in_pty(tmp_path, script, columns=80)
+    lines = out.splitlines()
+    assert any("CUDA emulation is on" in line for line in lines), out
+    assert any("Still on an emulated GPU: model" in line for line in lines), out
+    assert "Fix:  x = x.to(" in out, out
+    # IPython's own traceback (source lines, the exception's message) is IPython's to print
+    # (IPython 7 heads a frame with "<path> in <function>(...)")
+    ipython = re.compile(r"\s*(\d+ |---->|File |RuntimeError: |\S+\.i?py in )")
+    wide = [line for line in lines if len(line) > 80 and not ipython.match(line)]
+    assert not wide, "\n".join(wide)

@@ -24,3 +24,12 @@ def show(shell: Any, result: Any) -> None:
     from IPython.display import display
 
     display(result)
+
+
+def say(shell: Any, result: Any) -> None:
+    """A result a magic prints as part of its answer: in terminal IPython fitted to the
+    terminal's width (as :func:`show` does), elsewhere its plain text on stdout."""
+    if is_terminal(shell):
+        show(shell, result)
+    else:
+        print(result.to_text())

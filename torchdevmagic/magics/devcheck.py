@@ -20,6 +20,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from torchdevmagic.magics import _shown
 from torchdevmagic.magics._args import argument, magic_arguments, parse
+from torchdevmagic.magics._show import say
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -162,7 +163,7 @@ class DevcheckMagics(Magics):
         elif not args.output:  # -o returns the Diagnosis (Out[n]) and prints nothing else
             print(self.status())
             if self.last is not None:
-                print(self.last.to_text())
+                say(self._shell, self.last)
         elif self.last is None:  # returning None alone would look like a silent failure
             print(self._nothing_to_return())
         return self.last if args.output else None

@@ -17,6 +17,7 @@ from torchdevmagic.emulate.fronts.command import (
     memory_range,
 )
 from torchdevmagic.magics._args import argument, magic_arguments, parse, refuse_combined
+from torchdevmagic.magics._show import say
 
 ACTIONS = ("on", "off", "status")
 
@@ -125,7 +126,7 @@ class EmulateMagics(Magics):
         result = result or _session.status()
         if args.output:
             return result
-        print(result.to_text())
+        say(self.shell, result)
         return None
 
     def _on(self, args: Any) -> None:
