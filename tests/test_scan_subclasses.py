@@ -99,11 +99,6 @@ def test_mkldnn_tensor_counts_its_elements() -> None:
     assert row.nbytes == 48 and row.note == "_mkldnn" and row.shape == (3, 4)
 
 
-@pytest.mark.xfail(
-    torch.__version__.startswith("2.1."),
-    strict=True,
-    reason="known limit: torch 2.1's scripted modules are not read (0 tensors, device none)",
-)
 def test_torchscript_module_counts_its_parameters_and_buffers() -> None:
     model = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
     scripted = torch.jit.script(model)

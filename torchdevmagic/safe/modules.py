@@ -153,10 +153,11 @@ def other_children(children: Any) -> list[tuple[Any, Any]]:
 
 def script_children(table: Any) -> Optional[dict[str, Any]]:
     """A TorchScript module's submodules: its ``_modules`` is an ``OrderedModuleDict``
-    whose instance dict keeps the Python wrappers in ``_python_modules``."""
+    whose instance dict keeps the Python wrappers in ``_python_modules`` (an OrderedDict
+    before torch 2.5, read like any module table through dict's own methods)."""
     inner = instance_attributes(table) if table is not None else None
     found = inner.get("_python_modules") if inner else None
-    return found if type(found) is dict else None
+    return found if issubclass(type(found), dict) else None
 
 
 def script_items(table: Any, tt: Torch) -> list[tuple[Any, Any]]:
