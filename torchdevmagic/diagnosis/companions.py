@@ -130,19 +130,23 @@ def deserialize(c: Ctx) -> Diagnosis:
 
 #: verdicts of a machine with a GPU this process cannot use: a second problem, with its fix
 _GPU_UNUSABLE = frozenset(
-    {"cpu_build_with_driver", "devices_hidden", "no_driver", "driver_too_old", "arch_missing"}
+    {"cpu_build_with_driver", "devices_hidden", "driver_too_old", "arch_missing"}
 )
+#: verdicts of a machine where nothing shows a GPU: a CPU-only build, or a CUDA build with
+#: neither a driver nor a GPU visible (Colab's and Kaggle's CPU runtimes)
+_NO_GPU = frozenset({"cpu_only", "no_driver"})
 
 
 def _verdict_note(verdict: MachineVerdict, own_fix: bool) -> list[str]:
     """The machine's verdict under a diagnosis, which shows one fix. Without a fix of its own
     the verdict's is it. With one: a GPU this process cannot use is a second problem, with
-    its own fix; with no GPU at all (``cpu_only``) the headline is the reason, the verdict's
-    fix (run on the CPU) being what the diagnosis's does; any other verdict (``pip`` installs
-    elsewhere) is not about this error."""
+    its own fix; where nothing shows a GPU (a CPU-only build, or a CUDA build with no driver
+    and no GPU visible, as on a CPU runtime) the headline is the reason, the diagnosis's fix
+    (run on the CPU) being the one to take; any other verdict (``pip`` installs elsewhere) is
+    not about this error."""
     if not own_fix or verdict.code in _GPU_UNUSABLE:
         return [f"{verdict.headline} -> fix: {verdict.fix}"]
-    return [verdict.headline] if verdict.code == "cpu_only" else []
+    return [verdict.headline] if verdict.code in _NO_GPU else []
 
 
 def _wrapper_map_location(fr: Any, stmt: ast.stmt, location: str, torch: Any) -> Optional[str]:

@@ -154,9 +154,13 @@ def _torch_facts(torch: Any, notes: list[str]) -> dict[str, Any]:
     # Lambdas keep the attribute lookups inside _try: a torch without them must not raise.
     is_built = lambda: torch.backends.cuda.is_built()  # noqa: E731, PLW0108
     built = bool(_try(is_built, notes, "cuda built", cuda or hip))
-    if built and not (cuda or hip) and _emulated(torch):
+    emulated = _emulated(torch)
+    if built and not (cuda or hip) and emulated:
         built = False  # %emulate_cuda answers is_built(); the build itself has no CUDA
-    initialised = built and bool(_try(torch.cuda.is_initialized, notes, "cuda", False))
+    # an emulated GPU's context is none of the driver's: the machine is read as if unstarted
+    initialised = (
+        built and not emulated and bool(_try(torch.cuda.is_initialized, notes, "cuda", False))
+    )
     out: dict[str, Any] = {
         "torch_version": str(getattr(torch, "__version__", "?")),
         "torch_cuda": cuda,
@@ -263,7 +267,10 @@ def _device_facts(
         return {}
     listed = [] if facts.get("nvml_error") else known(nvml.devices()) or []
     visible = visible_devices(environ.get("CUDA_VISIBLE_DEVICES"), listed)
-    quiet = _try(lambda: quiet_device_count(torch), notes, "device count")
+    # under %emulate_cuda torch counts the emulated GPUs, which are not this machine's
+    quiet = (
+        None if _emulated(torch) else _try(lambda: quiet_device_count(torch), notes, "device count")
+    )
     # torch's count where it can tell without initialising the driver, else NVML's mapping.
     count = len(visible.devices) if quiet is None else quiet
     if facts.get("cuda_initialized"):
