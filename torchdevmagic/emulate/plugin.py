@@ -1,8 +1,10 @@
 """pytest plugin: ``pytest --emulate-cuda[=N]`` runs a test suite as if on N GPUs.
 
 Registered through the ``pytest11`` entry point, so installing torchdevmagic is enough. The
-emulation starts before collection (module-level ``torch.cuda.is_available()`` checks see the
-GPUs) and stops when pytest ends. A failing test's report gets a ``torchdevmagic`` section
+emulation starts before pytest imports the first ``conftest.py`` (``pytest_load_initial_conftests``,
+first of all), so a root conftest that asks ``torch.cuda.is_available()`` to choose its test
+devices sees the GPUs, and stops when pytest ends. The terminal summary says how many tests
+made a tensor on an emulated GPU. A failing test's report gets a ``torchdevmagic`` section
 with the %%devcheck diagnosis of its device error. Without the option nothing is imported.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 _KEY = pytest.StashKey[object]()  # the running emulation session
+_TALLY = pytest.StashKey[list[int]]()  # tests run while emulating, tests that used it
 
 
 def _count(value: str) -> int:
@@ -44,13 +47,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    value = config.getoption("emulate_cuda", None)
-    if value is None:
+def _unswallow(args: list[str], parser: pytest.Parser, early_config: pytest.Config) -> None:
+    """``--emulate-cuda tests/test_x.py``: the option's value is optional, so argparse takes
+    the path that follows as the number of GPUs. A value that is not a number is given back
+    to the paths (``--emulate-cuda=1`` and the path), in ``args``, which pytest parses again,
+    and in the early namespace, whose paths choose the initial conftests."""
+    for i, arg in enumerate(args[:-1]):
+        if arg == "--emulate-cuda" and not args[i + 1].lstrip("+-").isdigit():
+            if args[i + 1].startswith("-"):
+                continue  # another option: the value was never taken
+            args[i] = "--emulate-cuda=1"
+            ns = early_config.known_args_namespace
+            ns.emulate_cuda = "1"
+            ns.file_or_dir = parser.parse_known_args(args).file_or_dir
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    _unswallow(args, parser, early_config)
+    ns = early_config.known_args_namespace
+    value = getattr(ns, "emulate_cuda", None)
+    if value is None or early_config.stash.get(_KEY, None) is not None:
         return
     count = _count(value)
     try:
-        gib = float(config.getoption("emulate_cuda_memory"))
+        gib = float(getattr(ns, "emulate_cuda_memory", "16"))
     except ValueError:
         raise pytest.UsageError("--emulate-cuda-memory takes a number of GiB") from None
     from torchdevmagic.emulate.core.errors import EmulationUnsupported
@@ -60,15 +83,39 @@ def pytest_configure(config: pytest.Config) -> None:
         session = _session.start(count, int(gib * (1 << 30)))
     except EmulationUnsupported as exc:
         raise pytest.UsageError(f"--emulate-cuda: {exc}") from None
-    config.stash[_KEY] = session
+    early_config.stash[_KEY] = session
+    early_config.stash[_TALLY] = [0, 0]
+    early_config.add_cleanup(_end)
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if config.stash.get(_KEY, None) is not None:
-        from torchdevmagic.emulate.fronts import session as _session
+def _end() -> None:
+    from torchdevmagic.emulate.fronts import session as _session
 
-        _session.end()
-        del config.stash[_KEY]
+    _session.end()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None, Any, None]:
+    """Tally the tests run while emulating, and those that made a tensor on an emulated GPU
+    (a fresh storage, counted by the memory ledger, in setup, call or teardown)."""
+    session: Any = item.config.stash.get(_KEY, None)
+    before = None if session is None else session.ledger.made
+    yield
+    if session is not None:
+        tally = item.config.stash[_TALLY]
+        tally[0] += 1
+        tally[1] += session.ledger.made > before
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    session: Any = config.stash.get(_KEY, None)
+    if session is None:
+        return
+    ran, used = config.stash[_TALLY]
+    terminalreporter.write_line(
+        f"torchdevmagic: {used} of {ran} tests made tensors on an emulated GPU "
+        f"({session.count} emulated GPU{'s' if session.count != 1 else ''}, on the CPU)"
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> Any:

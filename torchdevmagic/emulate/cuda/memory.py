@@ -71,6 +71,7 @@ class Ledger:
         self.peak = _BYTES[:count]
         self.reserved = [_blocks(n) for n in self.peak]
         self.used = False  # any emulated storage made yet (CUDA would have a context)
+        self.made = 0  # fresh emulated storages registered so far (pytest counts tests by it)
 
     def exact(self, pending: Any = None) -> list[int]:
         """Bytes on each device now, gradients included (but the storage ``pending``: the
@@ -114,6 +115,7 @@ class Ledger:
         index = device.index or 0
         nbytes = storage.nbytes()
         self.used = True
+        self.made += 1
         bound = _BYTES
         if bound[index] + nbytes > self.capacity:
             error = self.refusal(device, nbytes, storage)
