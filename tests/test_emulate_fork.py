@@ -8,6 +8,7 @@ a device mismatch a GPU never shows."""
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torchdevmagic.emulate import emulate_cuda  # noqa: E402
+from torchdevmagic.emulate.fronts import children  # noqa: E402
 
 # Python 3.12 warns when a process with threads forks (a shell's history thread runs): these
 # tests fork as DataLoader workers do in every Jupyter kernel.
@@ -65,6 +67,54 @@ def test_a_child_forked_before_any_gpu_use_can_use_it() -> None:
         assert _in_child(lambda: torch.ones(2, device="cuda").device) == "cuda:0"
 
 
+class _OnTheGPU(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> Any:
+        return torch.full((2,), float(i)).cuda()
+
+
+def test_a_fork_dataloader_whose_parent_never_used_the_gpu_batches_on_it() -> None:
+    """Its workers stack each batch into a storage of the batch's device, which a CPU build
+    cannot make for ``cuda`` ("Storage device not recognized: cuda", before); on a GPU it is
+    a CUDA batch, sent back to the main process as CUDA tensors are."""
+    loader = torch.utils.data.DataLoader(
+        _OnTheGPU(), batch_size=2, num_workers=2, multiprocessing_context="fork"
+    )
+    with emulate_cuda():
+        assert not torch.cuda.is_initialized()
+        batches = list(loader)
+    assert [(str(b.device), b.tolist()) for b in batches] == [
+        ("cuda:0", [[0.0, 0.0], [1.0, 1.0]]),
+        ("cuda:0", [[2.0, 2.0], [3.0, 3.0]]),
+    ]
+
+
+def _notes_in_child() -> str:
+    def task() -> Any:
+        try:
+            torch.ones(1, device="cuda")
+        except RuntimeError as exc:
+            return (str(exc), getattr(exc, "__notes__", []))
+        return None
+
+    return _in_child(task)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes: Python 3.11+")
+def test_the_fork_error_says_when_spawn_would_not_emulate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's advice ('spawn') holds where a spawned child takes emulation on, that is where
+    the package's .pth is in site-packages; where it is not, a note after torch's words says
+    so (torch's message itself stays exact)."""
+    with emulate_cuda():
+        torch.zeros(2, device="cuda")
+        monkeypatch.setattr(children, "installed", lambda: True)
+        assert _notes_in_child() == str((BAD_FORK, []))
+        monkeypatch.setattr(children, "installed", lambda: False)
+        assert _notes_in_child() == str((BAD_FORK, [children.NOT_INSTALLED]))
+
+
 # Tongjilibo/bert4torch#149: "DataLoader fails when num_workers > 0": the collate_fn builds
 # each batch with device=device, and the model was moved to the GPU first.
 BERT4TORCH = """import torch, torch.nn as nn
@@ -90,7 +140,9 @@ def test_devcheck_on_a_collate_fn_that_moves_batches_in_forked_workers(emu_shell
     err = emu_shell.run_cell("%%devcheck\n" + LOOP).error_in_exec
     assert type(err) is RuntimeError
     assert str(err).startswith("Caught RuntimeError in DataLoader worker process ")
-    assert str(err).rstrip().endswith(f"RuntimeError: {BAD_FORK}")
+    # (the worker's traceback carries the note where 'spawn' would not emulate, below)
+    note = "" if children.installed() or sys.version_info < (3, 11) else children.NOT_INSTALLED
+    assert str(err).rstrip().endswith(f"RuntimeError: {BAD_FORK}\n{note}".rstrip())
     d = emu_shell.run_line_magic("devcheck", "-o")
     assert d.kind == "cuda_runtime"
     assert d.fix == "train_dataloader.num_workers = 0"

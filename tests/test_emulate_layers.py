@@ -16,7 +16,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "torchdevmagic"
 EMULATE = "torchdevmagic.emulate"
 LAYERS = {"core": 0, "cuda": 1, "fronts": 2}
-ROOT_MODULES = {EMULATE, f"{EMULATE}.__main__", f"{EMULATE}.plugin"}
+ROOT_MODULES = {EMULATE, f"{EMULATE}.__main__", f"{EMULATE}.plugin", f"{EMULATE}.startup"}
 ROOT = 3
 
 

@@ -145,7 +145,22 @@ def test_wheel_installs_beside_torch_without_touching_it(wheel: Path, venv: Path
     assert after["us_version"] == after["us_metadata"] == torchdevmagic.__version__
     venv_site = Path(after["us"]).parents[1]
     added = {p.name for p in venv_site.iterdir()} - {"shared_site.pth", "__pycache__"}
-    assert added == {"torchdevmagic", f"{NAME_VERSION}.dist-info"}
+    assert added == {"torchdevmagic", f"{NAME_VERSION}.dist-info", "torchdevmagic-emulate.pth"}
+
+
+def test_installed_wheel_emulates_in_a_child_started_with_the_variable(
+    wheel: Path, venv: Path
+) -> None:
+    """The wheel's .pth: a process started by an emulating one (which sets the variable)
+    emulates once it imports torch; without the variable it stays as it was."""
+    _pip(venv, "install", "-q", "--no-index", "--no-deps", str(wheel))
+    code = "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"
+    env = {**_clean_env(), "TORCHDEVMAGIC_EMULATE_CUDA": "2"}
+    out = _run([str(venv), "-c", code], env=env)
+    assert out.stdout.strip() == "True 2", out.stderr
+    env.pop("TORCHDEVMAGIC_EMULATE_CUDA")
+    out = _run([str(venv), "-c", code], env=env)
+    assert out.stdout.strip() == "False 0", out.stderr
 
 
 def test_installed_wheel_runs_devices(wheel: Path, venv: Path) -> None:

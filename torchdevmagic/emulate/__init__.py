@@ -26,6 +26,7 @@ _LAZY = {
     "DEFAULT_CAPACITY": "torchdevmagic.emulate.fronts.session",
     "EmulatedTensor": "torchdevmagic.emulate.core.tensor",
     "EmulationUnsupported": "torchdevmagic.emulate.core.errors",
+    "child_environment": "torchdevmagic.emulate.fronts.children",
 }
 
 __all__ = [  # noqa: PLE0604 - resolved lazily

@@ -23,14 +23,19 @@ def invalid_ordinal() -> BaseException:
     return error
 
 
-def bad_fork() -> RuntimeError:
+def bad_fork(note: str = "") -> RuntimeError:
     """What torch.cuda._lazy_init raises in a fork()ed child of a process that had CUDA
     initialised (torch/cuda/__init__.py; the C++ fork handler marks the child): a DataLoader
-    worker that moves a batch to the GPU, under the default 'fork' start method."""
-    return RuntimeError(
+    worker that moves a batch to the GPU, under the default 'fork' start method. Torch's
+    advice holds where a spawned child takes emulation on; where it would not, ``note`` says
+    so, as a note (Python 3.11+) after torch's own words."""
+    error = RuntimeError(
         "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
         "you must use the 'spawn' start method"
     )
+    if note and hasattr(error, "add_note"):
+        error.add_note(note)
+    return error
 
 
 class Devices:
@@ -40,6 +45,7 @@ class Devices:
         self.count = count
         self.current = 0
         self.forked = False  # a fork()ed child of a process whose emulated CUDA was in use
+        self.fork_note = ""  # said after torch's words there (spawn would not emulate here)
 
     def resolve(self, device: Any) -> Optional[torch.device]:
         """``device`` as a ``cuda:N`` torch.device if it names the GPU, else ``None``."""
@@ -54,7 +60,7 @@ class Devices:
             device = torch.device(device)
         if isinstance(device, torch.device) and device.type == "cuda":
             if self.forked:
-                raise bad_fork()
+                raise bad_fork(self.fork_note)
             return self._checked(self.current if device.index is None else device.index)
         return None
 

@@ -190,7 +190,7 @@ class CudaStandIns:
 
     def init(self) -> None:
         if self.devices.forked:
-            raise bad_fork()
+            raise bad_fork(self.devices.fork_note)
         self.initialized = True
 
     def is_initialized(self) -> bool:

@@ -20,6 +20,7 @@ from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import serialize as _serialize
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
+from torchdevmagic.emulate.cuda import loader as _loader
 from torchdevmagic.emulate.cuda import parallel as _parallel
 from torchdevmagic.emulate.cuda import patches as _patches
 from torchdevmagic.emulate.cuda import pinned as _pinned
@@ -28,6 +29,7 @@ from torchdevmagic.emulate.cuda.devices import Devices
 from torchdevmagic.emulate.cuda.memory import Ledger
 from torchdevmagic.emulate.cuda.placement import PlacementMode, swap_standin
 from torchdevmagic.emulate.cuda.standins import MEMORY_NAMES, CudaStandIns
+from torchdevmagic.emulate.fronts import children as _children
 from torchdevmagic.emulate.fronts.leaving import left_behind, to_cpu
 from torchdevmagic.emulate.fronts.status import EmulationStatus
 from torchdevmagic.render import blocks
@@ -45,6 +47,7 @@ class Session:
     cuda: CudaStandIns
     mode: PlacementMode
     patcher: _patches.Patcher
+    inherited: bool = False  # started at torch's import from the parent's variable
 
     @property
     def count(self) -> int:
@@ -73,8 +76,13 @@ def supported() -> bool:
 
 
 def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
-    """Turn the emulated GPU on: ``devices`` CUDA devices of ``memory`` bytes each."""
+    """Turn the emulated GPU on: ``devices`` CUDA devices of ``memory`` bytes each.
+
+    Processes started while it is on inherit it (``fronts/children.py``). In such a child,
+    the emulation taken on at torch's import gives way to an explicit ``start()``."""
     global _ACTIVE
+    if _ACTIVE is not None and _ACTIVE.inherited:
+        end()
     if _ACTIVE is not None:
         raise RuntimeError(
             f"CUDA emulation is already on ({_ACTIVE.count} device(s)); stop() it first"
@@ -98,6 +106,7 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
     session = Session(count, ledger, cuda, PlacementMode(count), _patches.Patcher())
     try:
         _apply(session)
+        _environment(session.patcher, _children.encode(devices, memory))
         session.mode.__enter__()
         session.patcher.call(lambda: session.mode.__exit__(None, None, None))
     except BaseException:
@@ -106,6 +115,27 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
     _ACTIVE = session
     _watch_forks()
     return session
+
+
+def start_inherited(devices: int, memory: Optional[int]) -> Session:
+    """``start()`` in a child process, from its parent's variable (``emulate/startup.py``)."""
+    session = start(devices, DEFAULT_CAPACITY if memory is None else memory)
+    session.inherited = True
+    return session
+
+
+def _environment(p: _patches.Patcher, value: str) -> None:
+    """The variable children read, set until ``stop()`` puts back what was there."""
+    old = os.environ.get(_children.VARIABLE)
+    os.environ[_children.VARIABLE] = value
+
+    def undo() -> None:
+        if old is None:
+            os.environ.pop(_children.VARIABLE, None)
+        else:
+            os.environ[_children.VARIABLE] = old
+
+    p.call(undo)
 
 
 _WATCHING = False
@@ -125,6 +155,8 @@ def _forked_child() -> None:
     session = _ACTIVE
     if session is not None and session.cuda.is_initialized():
         session.devices.forked = True
+        if not _children.installed():
+            session.devices.fork_note = _children.NOT_INSTALLED
 
 
 def end() -> bool:
@@ -286,3 +318,18 @@ def _collectives(p: _patches.Patcher, stream: Any) -> None:
         p.set(functions, "_get_stream", stream)
     # The DataLoader pins in a thread of its own, where the placement mode is not on.
     p.set(pin, "pin_memory", _pinned.loader_standin(pin.pin_memory))
+    # Its workers stack a batch into a storage of the batch's device: none can be emulated.
+    from torch.utils.data._utils import collate
+
+    original = collate.collate_tensor_fn
+    standin = _loader.collate_standin(original)
+    p.set(collate, "collate_tensor_fn", standin)
+    table = collate.default_collate_fn_map
+    if table.get(torch.Tensor) is original:
+        table[torch.Tensor] = standin
+
+        def undo() -> None:
+            if table.get(torch.Tensor) is standin:  # (unless the user put in their own)
+                table[torch.Tensor] = original
+
+        p.call(undo)
