@@ -73,8 +73,9 @@ class EmulateMagics(Magics):
         While on, torch.cuda.is_available() is True and tensors put on "cuda" / "cuda:N"
         compute on the CPU (the same values) but report their CUDA device; mixing devices
         raises PyTorch's own CUDA errors, which %%devcheck explains. %devices lists the
-        emulated GPUs and %%cuda_time times them on the host clock. Not emulated: custom
-        CUDA ops, Triton, torch.compile GPU kernels, NCCL, GPU timing (each a clear error).
+        emulated GPUs and %%cuda_time times them on the host clock; NCCL runs on gloo,
+        with NCCL's device rules. Not emulated: custom CUDA ops, Triton, torch.compile GPU
+        kernels, GPU timing (each a clear error).
 
         off names the variables still on an emulated GPU (their next use fails: this torch
         has no CUDA); off --to cpu brings them to the CPU first, in place: a model's

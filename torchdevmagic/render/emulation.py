@@ -12,8 +12,7 @@ from typing import Optional, Protocol
 from torchdevmagic.render.blocks import Block, Code, Line
 
 LIMITS = (
-    "computes on the CPU: no custom CUDA ops, Triton or torch.compile GPU kernels, no NCCL, "
-    "no GPU timing"
+    "computes on the CPU: no custom CUDA ops, Triton or torch.compile GPU kernels, no GPU timing"
 )
 
 

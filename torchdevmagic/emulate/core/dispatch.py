@@ -28,6 +28,12 @@ _META = torch.device("meta")
 _SEEDED = torch.Tag.nondeterministic_seeded
 # Called with the kwargs of each random op run here, while set (``ops``' check run).
 on_random: Optional[Callable[[dict[str, Any]], None]] = None
+# Called with each collective (a ``c10d`` op), its arguments and the emulated device before
+# it runs, while a session runs (``cuda/distributed``: NCCL's device rules).
+on_collective: Optional[Callable[[Any, tuple[Any, ...], Any], None]] = None
+# c10d picks a process group's backend by the tensors' device type: emulated tensors are
+# CUDA tensors there, whose CPU tensors go to the backend the group has for ``cuda``.
+_CUDA_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 
 def _take(x: Any, flat: list[Any], state: list[Any]) -> Any:
@@ -66,6 +72,8 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if new_kwargs.get("device") == _META:
             new_kwargs["device"] = _CPU  # options inherited from our meta outer tensor
     device = state[0]
+    if func.namespace == "c10d":
+        return _collective(func, args, (new_args, new_kwargs), device, (flat, state[2]))
     special = SPECIAL.get(func)
     if special is not None:
         return special(func, args, kwargs, (new_args, new_kwargs), device)
@@ -82,6 +90,25 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     except RuntimeError as exc:
         raise refused(exc, device) from None
     return _wrap_out(out, flat, device, state[2])
+
+
+def _collective(func: Any, args: Any, new: Any, device: Any, held: Any) -> Any:
+    """A c10d op (``dist.all_reduce`` and the rest reach here through the process group's
+    C++ methods) run by the group's backend for ``cuda``, on the CPU tensors."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if on_collective is not None:
+        on_collective(func, args, device)
+    # (allgather's outputs are a list of lists: every level unwrapped)
+    out = func.redispatch(_CUDA_KEYS, *[_inners(a) for a in new[0]], **new[1])
+    return _wrap_out(out, held[0], device, held[1])
+
+
+def _inners(x: Any) -> Any:
+    if type(x) is EmulatedTensor:
+        return x.__dict__["_inner"]
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_inners(y) for y in x)
+    return x
 
 
 def _wrap_out(out: Any, inputs: list[Any], device: Any, others: list[Any]) -> Any:

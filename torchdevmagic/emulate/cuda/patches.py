@@ -80,10 +80,6 @@ COMPILE = (
     "torch.compile is not emulated: its GPU backend (inductor) generates Triton/CUDA kernels, "
     "which need a real GPU; run the model eagerly under emulation"
 )
-NCCL = (
-    "NCCL is not emulated: the emulated GPUs have no interconnect; use backend='gloo' for "
-    "distributed code under emulation"
-)
 TRITON = "Triton kernels are not emulated: they compile for a real GPU"
 
 
@@ -115,17 +111,6 @@ class _Refusing:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_orig_mod"], name)
-
-
-def init_process_group_standin(original: Any) -> Callable[..., Any]:
-    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # IPython and pytest show the caller
-        name = str(kwargs.get("backend", backend) or "nccl").lower()
-        if "nccl" in name or name in ("cuda", "none"):
-            unsupported(NCCL)()
-        return original(backend, *args, **kwargs)
-
-    return init_process_group
 
 
 def group_standin(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -60,6 +60,9 @@ class DeviceProperties:
     L2_cache_size: int = 0
     warp_size: int = 32
     gcnArchName: str = "NVIDIA emulated"
+    pci_bus_id: int = 1  # device N on bus N + 1: NCCL's "CUDA device 1000" for cuda:0
+    pci_device_id: int = 0
+    pci_domain_id: int = 0
 
 
 class CudaStandIns:
@@ -207,7 +210,7 @@ class CudaStandIns:
     def get_device_properties(self, device: Any = None) -> DeviceProperties:
         index = self.index(device)
         uuid = f"GPU-00000000-0000-0000-0000-emulated{index:04d}"
-        return DeviceProperties(NAME, self.ledger.capacity, uuid=uuid)
+        return DeviceProperties(NAME, self.ledger.capacity, uuid=uuid, pci_bus_id=index + 1)
 
     def is_bf16_supported(self, including_emulation: bool = True) -> bool:
         return True

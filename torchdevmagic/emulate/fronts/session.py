@@ -15,11 +15,13 @@ import torch
 
 from torchdevmagic.emulate.core import autocast as _autocast
 from torchdevmagic.emulate.core import autograd_function as _autograd
+from torchdevmagic.emulate.core import dispatch as _dispatch
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import serialize as _serialize
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
+from torchdevmagic.emulate.cuda import distributed as _distributed_emulation
 from torchdevmagic.emulate.cuda import loader as _loader
 from torchdevmagic.emulate.cuda import parallel as _parallel
 from torchdevmagic.emulate.cuda import patches as _patches
@@ -268,15 +270,30 @@ def _apply(session: Session) -> None:
         p.set(autocast, "__exit__", regions.exit)
     distributed = getattr(torch, "distributed", None)
     if distributed is not None and distributed.is_available():
-        import torch.distributed as dist
-
-        p.set(
-            dist, "init_process_group", _patches.init_process_group_standin(dist.init_process_group)
-        )
+        _distributed(p, session.mode)
     if importlib.util.find_spec("triton") is not None:  # pragma: no cover - no triton in CI
         from triton.runtime import jit
 
         p.set(jit.JITFunction, "run", _patches.unsupported(_patches.TRITON))
+
+
+def _distributed(p: _patches.Patcher, mode: PlacementMode) -> None:
+    """NCCL on gloo with NCCL's device rules (``cuda/distributed``)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    nccl = _distributed_emulation.Nccl()
+    helper = c10d._new_process_group_helper
+    p.set(c10d, "_new_process_group_helper", nccl.helper_standin(helper))
+    if getattr(c10d, "default_pg_nccl_timeout", 0) is None:  # a build without NCCL
+        p.set(c10d, "default_pg_nccl_timeout", _distributed_emulation.NCCL_TIMEOUT)
+    if hasattr(torch._C, "_get_accelerator"):
+        p.set(torch._C, "_get_accelerator", _distributed_emulation.accelerator_standin)
+    group = c10d.ProcessGroup
+    p.set(group, "barrier", nccl.barrier_standin(group.__dict__["barrier"]))
+    p.set(_dispatch, "on_collective", nccl.check)
+    mode.handlers.update(_distributed_emulation.torch_function_handlers())
+    if not hasattr(torch._C, "_nccl_version"):  # a build without NCCL
+        p.set(torch.cuda.nccl, "version", _distributed_emulation.nccl_version)
 
 
 def _clear_hooks() -> None:

@@ -1,0 +1,74 @@
+"""Two ranks on two emulated GPUs, started as ``torch.multiprocessing.spawn`` starts them.
+
+``spawn_two(fn, *args)`` runs ``fn(rank, *args)`` in two spawned processes, each with the
+environment torchrun gives a rank (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
+and two emulated GPUs, and returns what each returned, as text, by rank.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+# c10d's own words for a tensor whose device type the group has no backend for (ProcessGroup.hpp)
+NO_CPU_BACKEND = "No backend type associated with device type cpu"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(rank: int, fn: Callable[..., Any], args: tuple[Any, ...], port: int, out: str) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    from torchdevmagic import emulate
+
+    if not emulate.status().on:  # (a spawned child may have it on already)
+        emulate.start(devices=2)
+    try:
+        text = str(fn(rank, *args))
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    Path(out, str(rank)).write_text(text, encoding="utf-8")
+
+
+def spawn_two(fn: Callable[..., Any], *args: Any) -> list[str]:
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out:
+        mp.spawn(_worker, args=(fn, args, free_port(), out), nprocs=2)
+        return [Path(out, str(rank)).read_text(encoding="utf-8") for rank in range(2)]
+
+
+def all_reduce_then_all_on_gpu_0(rank: int) -> str:
+    """An all-reduce with ``set_device(rank)``, then one on a new group with every rank on
+    ``cuda:0`` (the commonest multi-GPU bug): what each gave, one line each."""
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    t = torch.ones(2, device="cuda")
+    dist.all_reduce(t)
+    lines = [f"{t.device} {t.tolist()}"]
+    torch.cuda.set_device(0)
+    group = dist.new_group()
+    try:
+        dist.all_reduce(torch.ones(2, device="cuda"), group=group)
+        lines.append("no error")
+    except Exception as exc:
+        lines.append(f"{type(exc).__name__}: {exc}")
+    return "\n".join(lines)
