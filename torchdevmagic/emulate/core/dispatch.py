@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import rules as _rules
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
@@ -87,8 +88,8 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         out = func(*new_args, **new_kwargs)
     except NotImplementedError as exc:
         raise _rules.no_cpu_kernel(func, exc) from None
-    except RuntimeError as exc:
-        raise refused(exc, device) from None
+    except (IndexError, RuntimeError) as exc:  # a device-side assert, where CUDA checks
+        raise refused(_faults.failed(func, args, exc), device) from None
     return _wrap_out(out, flat, device, state[2])
 
 

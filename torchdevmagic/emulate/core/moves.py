@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import sizes as _sizes
 from torchdevmagic.emulate.core.sizes import refused
@@ -24,6 +25,8 @@ def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bo
     tensor is recorded by autograd where ``x`` needs a graph: gradients flow back."""
     __tracebackhide__ = True  # IPython and pytest show the caller
     source = device_of(x)
+    if source.type == "cuda" or target.type == "cuda":
+        _faults.check()  # a copy through the GPU fails once a kernel asserted
     dtype = x.dtype if dtype is None else dtype
     if source == target and dtype == x.dtype and not copy:
         return x

@@ -24,8 +24,10 @@ import torch
 
 from torchdevmagic.emulate.core import autocast as _autocast
 from torchdevmagic.emulate.core import dispatch as _dispatch
+from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
+from torchdevmagic.emulate.core import refusals as _refusals
 from torchdevmagic.emulate.core import rules as _rules
 from torchdevmagic.emulate.core import sizes as _sizes
 from torchdevmagic.emulate.core import tensor as _tensor
@@ -71,6 +73,8 @@ def handle(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     __tracebackhide__ = True  # IPython and pytest show the caller
     special = SPECIAL.get(func)
     if special is not None and args and type(args[0]) is _EMU:
+        if _faults.sticky is not None:
+            _faults.check_call(func)  # a kernel asserted earlier: see generic
         return special(func, args, kwargs)
     return generic(func, args, kwargs)
 
@@ -102,10 +106,14 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     device = st[0]
     if device is None:
         return func(*args, **kwargs)
+    if _faults.sticky is not None:
+        _faults.check_call(func)  # a kernel asserted earlier: CUDA calls fail until a restart
     if st[1]:
         return _mixed(func, args, kwargs, (new_args, new_kwargs), st)
     if _dispatch_modes() and not (_grad_enabled() and _needs_grad(st[2])):
         return usual(func, args, kwargs)  # a user's dispatch mode sees the emulated tensors
+    rule = _BEFORE.get(func)  # what CUDA's kernel refuses before it runs
+    after = rule(new_args, new_kwargs) if rule is not None else None
     if func in _sizes.GROWS and _tensor.ledger is not None:
         _sizes.check_before(func, new_args, new_kwargs, device)
     elif len(inputs) > 1 and func in _sizes.BROADCASTS and _tensor.ledger is not None:
@@ -117,14 +125,19 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             out = func(*new_args, **new_kwargs)
     except NotImplementedError as exc:
         raise _rules.no_cpu_kernel(func, exc) from None
-    except RuntimeError as exc:
-        raise refused(exc, device) from None
+    except (IndexError, RuntimeError) as exc:  # a device-side assert, where CUDA checks
+        raise refused(_faults.failed(func, args, exc), device) from None
+    if after is not None:
+        after(out)
     if type(out) is _Tensor:
         for w in inputs:
             if w.__dict__["_inner"] is out:
                 return w  # in-place and out= ops return their argument
         return wrap(out, device)
     return _wrap_out(out, inputs, (), device)
+
+
+_BEFORE: dict[Any, Any] = dict(_refusals.TABLE)
 
 
 def usual(func: Any, args: Any, kwargs: Any) -> Any:
@@ -188,8 +201,8 @@ def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
         draws.restore()
     try:  # a mix CUDA allows: record the graph on the CPU
         out = _autocast.call(func, new[0], new[1], st[3]) if cast else func(*new[0], **new[1])
-    except RuntimeError as exc:
-        raise refused(exc, st[0]) from None
+    except (IndexError, RuntimeError) as exc:
+        raise refused(_faults.failed(func, args, exc), st[0]) from None
     return _wrap_out(out, st[2], st[3], st[0])
 
 

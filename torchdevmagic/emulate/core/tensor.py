@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, cast
 
 import torch
 
+from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core.errors import unpinned
 
 _META = torch.device("meta")
@@ -102,6 +103,8 @@ class EmulatedTensor(torch.Tensor):
         return None  # emulated streams never overlap
 
     def tolist(self) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        _faults.check()  # a kernel asserted earlier: the copy to the host fails
         return self.__dict__["_inner"].tolist()
 
     @property

@@ -15,6 +15,7 @@ import torch
 import torch.utils._device
 from torch.overrides import TorchFunctionMode
 
+from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import rnn as _rnn
 from torchdevmagic.emulate.core import sizes as _sizes
 from torchdevmagic.emulate.core.errors import EmulationUnsupported, released, unpinned
@@ -83,6 +84,7 @@ class PlacementMode(TorchFunctionMode):
 
     def _factory(self, func: Any, args: Any, kwargs: dict[str, Any], target: torch.device) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
+        _faults.check()  # a kernel asserted earlier: nothing new is made on the GPU
         kwargs = {**kwargs, "device": _CPU}
         grad = bool(kwargs.pop("requires_grad", False)) if "requires_grad" in kwargs else None
         if kwargs.get("pin_memory"):

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import torch
 
+from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.cuda.devices import Devices, bad_fork
 from torchdevmagic.emulate.cuda.memory import Ledger
 
@@ -95,10 +96,11 @@ class CudaStandIns:
                 return event
 
             def query(self) -> bool:
+                _faults.check()
                 return True
 
             def synchronize(self) -> None:
-                return None
+                _faults.check()
 
             def is_capturing(self) -> bool:
                 return False
@@ -135,18 +137,21 @@ class CudaStandIns:
                 self.t: Optional[float] = None
 
             def record(self, stream: Any = None) -> None:
+                _faults.check()
                 self.t = time.perf_counter()
 
             def wait(self, stream: Any = None) -> None:
-                return None
+                _faults.check()
 
             def query(self) -> bool:
+                _faults.check()
                 return True
 
             def synchronize(self) -> None:
-                return None
+                _faults.check()
 
             def elapsed_time(self, end: Any) -> float:
+                _faults.check()
                 if self.t is None or end.t is None:
                     raise RuntimeError(
                         "Both events must be recorded before calculating elapsed time."
@@ -217,6 +222,7 @@ class CudaStandIns:
 
     def synchronize(self, device: Any = None) -> None:
         self.index(device)
+        _faults.check()  # a kernel's device-side assert surfaces at the next sync
 
     # -- memory ----------------------------------------------------------------------------
     def memory_allocated(self, device: Any = None) -> int:

@@ -16,6 +16,7 @@ import torch
 from torchdevmagic.emulate.core import autocast as _autocast
 from torchdevmagic.emulate.core import autograd_function as _autograd
 from torchdevmagic.emulate.core import dispatch as _dispatch
+from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import serialize as _serialize
@@ -248,6 +249,7 @@ def _apply(session: Session) -> None:
     p.set(torch._C, "_group_tensors_by_device_and_dtype", _patches.group_standin(grouping))
     _tensor.on_new_storage = session.ledger.add
     _tensor.ledger = session.ledger
+    _faults.clear()  # a new session is a fresh CUDA context: no sticky error
     p.call(_clear_hooks)
     p.set(_hooks, "mode", session.mode)  # hooks the autograd engine calls run in it
     _grads.unpark()  # links to emulated tensors' CPU leaves hold them weakly while it runs
@@ -300,6 +302,7 @@ def _clear_hooks() -> None:
     _tensor.on_new_storage = None
     _tensor.ledger = None
     _serialize.clear()
+    _faults.clear()
 
 
 def _serialization(p: _patches.Patcher, count: int) -> None:

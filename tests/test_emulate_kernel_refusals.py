@@ -1,0 +1,331 @@
+"""The emulated GPU refuses what CUDA's kernels refuse and the CPU's accept, with CUDA's
+exception type and words, and nothing that a GPU runs.
+
+- An out-of-range index (advanced indexing, ``index_select``, ``gather``, ``embedding``,
+  ``cross_entropy``'s target, ...) is a device-side assert on a GPU, not the CPU's
+  ``IndexError``; every later CUDA call then fails until the process restarts (here: until
+  emulation restarts). A bad integer index is checked on the host there too.
+- Under ``torch.use_deterministic_algorithms(True)`` the CUDA kernels that alert refuse
+  (``warn_only=True`` warns), in the forward pass or when backward reaches them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from torchdevmagic.emulate import emulate_cuda  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
+
+ASSERT_ERROR = getattr(torch, "AcceleratorError", RuntimeError)
+
+
+@pytest.fixture
+def deterministic() -> Any:
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def _assert_text(pytorch_errors: list[dict[str, Any]]) -> str:
+    """The device-side assert's text for the installed torch, from the corpus."""
+    version = tuple(int(p) for p in torch.__version__.split(".")[:2])
+    key = (
+        "cuda_device_side_assert_v2_9_plus"
+        if version >= (2, 9)
+        else "cuda_device_side_assert_v2_4_to_2_8"
+        if version >= (2, 4)
+        else "cuda_device_side_assert_v2_0_to_2_3"
+    )
+    return str(next(e["template"] for e in pytorch_errors if e["id"] == key))
+
+
+def _labels() -> Any:
+    return torch.tensor([0, 7], device="cuda")
+
+
+# Each indexes 3 rows with the label 7 on the emulated GPU: a device-side assert there.
+OUT_OF_RANGE: dict[str, Callable[[], Any]] = {
+    "x[idx]": lambda: torch.zeros(3, device="cuda")[_labels()],
+    "x[[0, 7]]": lambda: torch.zeros(3, device="cuda")[[0, 7]],
+    "x[cpu idx]": lambda: torch.zeros(3, device="cuda")[torch.tensor([0, 7])],
+    "x[idx] = v": lambda: torch.zeros(3, device="cuda").__setitem__(_labels(), 1.0),
+    "index_select": lambda: torch.zeros(3, device="cuda").index_select(0, _labels()),
+    "gather": lambda: torch.zeros(3, device="cuda").gather(0, _labels()),
+    "scatter_add": lambda: torch.zeros(3, device="cuda").scatter_add(
+        0, _labels(), torch.ones(2, device="cuda")
+    ),
+    "index_add": lambda: torch.zeros(3, device="cuda").index_add(
+        0, _labels(), torch.ones(2, device="cuda")
+    ),
+    "take": lambda: torch.zeros(3, device="cuda").take(_labels()),
+    "embedding": lambda: torch.nn.Embedding(3, 4).cuda()(_labels()),
+    "cross_entropy": lambda: F.cross_entropy(torch.zeros(2, 3, device="cuda"), _labels()),
+    "nll_loss 2d": lambda: F.nll_loss(
+        torch.zeros(1, 3, 2, 2, device="cuda"),
+        torch.full((1, 2, 2), 7, device="cuda"),
+    ),
+    "binary_cross_entropy": lambda: F.binary_cross_entropy(
+        torch.tensor([2.0], device="cuda"), torch.tensor([1.0], device="cuda")
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(OUT_OF_RANGE))
+def test_an_index_out_of_range_is_a_device_side_assert(
+    name: str, pytorch_errors: list[dict[str, Any]]
+) -> None:
+    with emulate_cuda(), pytest.raises(ASSERT_ERROR) as info:
+        OUT_OF_RANGE[name]()
+    assert type(info.value) is ASSERT_ERROR  # not the CPU's IndexError
+    assert str(info.value) == _assert_text(pytorch_errors)
+
+
+def test_after_a_device_side_assert_every_cuda_call_fails_until_a_restart() -> None:
+    with emulate_cuda():
+        kept = torch.ones(4, device="cuda", requires_grad=True)
+        with pytest.raises(ASSERT_ERROR):
+            torch.zeros(3, device="cuda")[_labels()]
+        again: list[Callable[[], Any]] = [
+            lambda: kept + 1,  # an op
+            lambda: kept.sum().item(),
+            kept.cpu,  # a copy off the GPU
+            lambda: torch.ones(2).cuda(),  # onto it
+            lambda: torch.zeros(2, device="cuda"),  # a factory
+            torch.cuda.synchronize,
+            lambda: torch.cuda.Event().record(),
+        ]
+        for call in again:
+            with pytest.raises(ASSERT_ERROR, match="device-side assert triggered"):
+                call()
+        # What the host knows still answers, as on a GPU.
+        assert kept.shape == (4,) and kept.requires_grad and kept.device.type == "cuda"
+        assert torch.cuda.memory_allocated() > 0
+        assert (torch.ones(2) + 1).tolist() == [2.0, 2.0]  # the CPU is fine
+    with emulate_cuda():  # a new session: a fresh process, as far as the GPU goes
+        assert (torch.ones(2, device="cuda") + 1).tolist() == [2.0, 2.0]
+
+
+def test_a_bad_integer_index_keeps_the_hosts_index_error() -> None:
+    with emulate_cuda():
+        x = torch.zeros(3, device="cuda")
+        with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0"):
+            x[7]
+        assert (x + 1).sum().item() == 3.0  # not sticky: CUDA checked it on the host
+
+
+def test_a_device_side_assert_in_a_timed_cell_then_the_next_cell(emu_shell: Any) -> None:
+    shell = emu_shell
+    shell.run_cell("import torch\ntable = torch.zeros(3, device='cuda')\nok = table + 1")
+    r = shell.run_cell("%%cuda_time\nbad = table[torch.tensor([0, 7], device='cuda')]")
+    assert type(r.error_in_exec) is ASSERT_ERROR
+    r = shell.run_cell("ok * 2")
+    assert type(r.error_in_exec) is ASSERT_ERROR
+    assert "device-side assert triggered" in str(r.error_in_exec)
+    shell.run_line_magic("emulate_cuda", "off")
+    shell.run_line_magic("emulate_cuda", "on")
+    r = shell.run_cell("again = torch.ones(2, device='cuda') * 2")
+    assert r.error_in_exec is None
+
+
+# -- deterministic algorithms -------------------------------------------------------------------
+def _x(*shape: int, grad: bool = False) -> Any:
+    return torch.rand(*shape, device="cuda", requires_grad=grad)
+
+
+# (name, call, CUDA's caller in the message, the pass it fails in)
+ALERTS: list[tuple[str, Callable[[], Any], str]] = [
+    ("histc", lambda: torch.histc(_x(8)), "_histc_cuda"),
+    (
+        "bincount with weights",
+        lambda: torch.bincount(torch.tensor([0, 1], device="cuda"), _x(2)),
+        "_bincount_cuda",
+    ),
+    ("median with indices", lambda: _x(4, 3).median(0), "median CUDA with indices output"),
+    (
+        "put_ accumulate",
+        lambda: _x(4).put_(torch.tensor([1], device="cuda"), _x(1), accumulate=True),
+        "put_",
+    ),
+    (
+        "cross_entropy on (N, C, H, W)",
+        lambda: F.cross_entropy(_x(2, 3, 4, 4), torch.zeros(2, 4, 4, dtype=torch.long).cuda()),
+        "nll_loss2d_forward_out_cuda_template",
+    ),
+    (
+        "interpolate bilinear backward",
+        lambda: (
+            F.interpolate(_x(1, 1, 4, 4, grad=True), scale_factor=2, mode="bilinear")
+            .sum()
+            .backward()
+        ),
+        "upsample_bilinear2d_backward_out_cuda",
+    ),
+    (
+        "AdaptiveAvgPool2d backward",
+        lambda: torch.nn.AdaptiveAvgPool2d(2)(_x(1, 2, 4, 4, grad=True)).sum().backward(),
+        "adaptive_avg_pool2d_backward_cuda",
+    ),
+    (
+        "AvgPool3d backward",
+        lambda: torch.nn.AvgPool3d(2)(_x(1, 1, 4, 4, 4, grad=True)).sum().backward(),
+        "avg_pool3d_backward_cuda",
+    ),
+    (
+        "grid_sample backward",
+        lambda: (
+            F.grid_sample(_x(1, 1, 4, 4, grad=True), _x(1, 2, 2, 2), align_corners=False)
+            .sum()
+            .backward()
+        ),
+        "grid_sampler_2d_backward_cuda",
+    ),
+    (
+        "EmbeddingBag max backward",
+        lambda: (
+            torch.nn.EmbeddingBag(5, 3, mode="max")
+            .cuda()(torch.tensor([[0, 1]], device="cuda"))
+            .sum()
+            .backward()
+        ),
+        "embedding_bag_backward_cuda_max",
+    ),
+    (
+        "CTCLoss backward",
+        lambda: F.ctc_loss(
+            _x(5, 1, 3, grad=True).log_softmax(2),
+            torch.tensor([[1, 2]], device="cuda"),
+            [5],
+            [2],
+        ).backward(),
+        "ctc_loss_backward_gpu",
+    ),
+]
+
+
+def _torch_alert(caller: str, warn_only: bool) -> str:
+    """torch's own alert text: the CPU's put_ alerts too; only the caller differs."""
+    torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    x = torch.zeros(1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            x.put_(torch.tensor([0]), torch.ones(1))
+        except RuntimeError as exc:
+            text = str(exc)
+        else:
+            text = next(str(w.message) for w in caught if str(w.message).startswith("put_"))
+    return caller + text[len("put_") :]
+
+
+@pytest.mark.parametrize("name,call,caller", ALERTS, ids=[a[0] for a in ALERTS])
+def test_a_kernel_without_a_deterministic_implementation_refuses(
+    name: str, call: Callable[[], Any], caller: str, deterministic: Any
+) -> None:
+    expected = _torch_alert(caller, warn_only=False)
+    with emulate_cuda():
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert str(info.value) == expected
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        texts = [str(w.message) for w in caught]
+        assert _torch_alert(caller, warn_only=True) in texts
+        torch.use_deterministic_algorithms(False)
+        call()  # runs, as on a GPU
+
+
+def _cnn_step() -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1)
+    ).cuda()
+    F.cross_entropy(model(_x(2, 3, 8, 8)).flatten(1), torch.tensor([0, 3]).cuda()).backward()
+
+
+# Correct GPU programs under deterministic mode: these run on a GPU (their CUDA kernels are
+# deterministic, or take a deterministic path in that mode).
+RUNS: dict[str, Callable[[], Any]] = {
+    "median without dim": lambda: _x(4).median(),
+    "bincount without weights": lambda: torch.bincount(torch.tensor([0, 1, 1], device="cuda")),
+    "index_add_": lambda: _x(3).index_add_(0, torch.tensor([0, 0], device="cuda"), _x(2)),
+    "scatter_add_": lambda: _x(3).scatter_add_(0, torch.tensor([0, 0], device="cuda"), _x(2)),
+    "index_put_ accumulate": lambda: _x(3).index_put_(
+        (torch.tensor([0, 0], device="cuda"),), _x(2), accumulate=True
+    ),
+    "cross_entropy on (N, C)": lambda: F.cross_entropy(
+        _x(2, 3, grad=True), torch.tensor([0, 2], device="cuda")
+    ).backward(),
+    "cross_entropy reduction none": lambda: F.cross_entropy(
+        _x(2, 3, 4, 4), torch.zeros(2, 4, 4, dtype=torch.long).cuda(), reduction="none"
+    ),
+    "interpolate nearest backward": lambda: (
+        F.interpolate(_x(1, 1, 4, 4, grad=True), scale_factor=2).sum().backward()
+    ),
+    "AdaptiveAvgPool2d(1) backward (a mean)": lambda: (
+        torch.nn.AdaptiveAvgPool2d(1)(_x(1, 2, 4, 4, grad=True)).sum().backward()
+    ),
+    "EmbeddingBag mean backward": lambda: (
+        torch.nn.EmbeddingBag(5, 3).cuda()(torch.tensor([[0, 1]], device="cuda")).sum().backward()
+    ),
+    "bilinear forward without grad": lambda: F.interpolate(
+        _x(1, 1, 4, 4), scale_factor=2, mode="bilinear"
+    ),
+    "a CNN step": _cnn_step,
+    "matmul (cuBLAS: no workspace check on this torch)": lambda: _x(3, 3) @ _x(3, 3),
+}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_deterministic_gpu_code_runs(name: str, deterministic: Any) -> None:
+    if "cuBLAS" in name:
+        from torchdevmagic.emulate.core import refusals
+
+        if refusals.CUBLAS_CHECKED:
+            pytest.skip("this torch documents the cuBLAS workspace check: tested below")
+    with emulate_cuda(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no alert as a warning either
+        RUNS[name]()
+
+
+def test_cublas_workspace_requirement(deterministic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a torch whose documentation asks for CUBLAS_WORKSPACE_CONFIG (the
+    releases before pytorch#161749), matrix
+    products refuse without it; 2.13's check is gone, so it is switched on here."""
+    from torchdevmagic.emulate.core import refusals
+
+    monkeypatch.setattr(refusals, "CUBLAS_CHECKED", True)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    text = refusals.cublas_text()
+    with emulate_cuda():
+        a = _x(3, 3)
+        for call in (lambda: a @ a, lambda: torch.nn.Linear(3, 2).cuda()(a), lambda: a.mm(a)):
+            with pytest.raises(RuntimeError) as info:
+                call()
+            assert str(info.value) == text
+        assert (
+            torch.ones(2, 2, dtype=torch.long, device="cuda")
+            .mm(torch.ones(2, 2, dtype=torch.long, device="cuda"))
+            .sum()
+            .item()
+            == 8
+        )  # no cuBLAS for integers
+        for config in (":4096:8", ":16:8"):
+            monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", config)
+            assert (a @ a).shape == (3, 3)
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        with pytest.warns(UserWarning) as caught:
+            a @ a
+        assert text in [str(w.message) for w in caught]

@@ -1,0 +1,346 @@
+"""What CUDA's kernels refuse where the CPU's run, consulted before the CPU kernel runs.
+
+The emulated GPU computes with the CPU's kernels, which accept some calls that CUDA's
+kernels refuse. :data:`TABLE` maps the torch functions that reach such a kernel to a rule,
+which ``ops`` looks up once per call (a dict lookup: the call that is not in it pays only
+that). A rule raises CUDA's error before the CPU kernel runs, or returns a function that
+sees the CPU result (a refusal in the backward pass is armed on the result's node).
+
+Under ``torch.use_deterministic_algorithms(True)``:
+
+- the CUDA kernels that call ``alertNotDeterministic`` (``aten/src/ATen/Context.cpp``):
+  ``histc``, ``bincount`` with weights, ``median``/``nanmedian`` with indices, ``put_`` with
+  ``accumulate=True``, ``nll_loss``/``cross_entropy`` on inputs of 3 or more dimensions
+  (``nll_loss2d_forward_out_cuda_template``), and in the backward pass ``interpolate``'s
+  linear modes, ``avg_pool3d``, ``adaptive_avg_pool2d``/``3d``, ``adaptive_max_pool2d``,
+  ``fractional_max_pool2d``/``3d``, ``reflect`` padding of 1 and 3 dimensions,
+  ``grid_sample``, ``ctc_loss`` and ``embedding_bag(mode="max")``. Each is the installed
+  torch's documented list (``torch.use_deterministic_algorithms.__doc__``, read at import:
+  an entry whose line is not there stays off) with the caller name of CUDA's kernel, as the
+  CUDA build of torch 2.13 has them. Their words are torch's own: the CPU's alert
+  (``put_`` with ``accumulate=False``, which alerts on the CPU too) is raised once and its
+  caller replaced. ``warn_only=True`` warns instead, as torch does.
+- cuBLAS's workspace requirement (``alertCuBLASConfigNotDeterministic``): matrix products
+  without ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` or ``:16:8`` in the environment, on the
+  versions of torch whose documentation still asks for it (later releases dropped the check,
+  pytorch#161749; 2.13 has none).
+
+Not here: the alerts a CPU kernel makes too (``put_`` with ``accumulate=False``, the
+``MaxUnpool`` layers), which the CPU kernel raises itself; ops whose CUDA kernel has a
+deterministic path in torch 2.13 although the documentation still lists them
+(``reflection_pad2d`` backward, ``cumsum``); ``scatter_reduce(reduce="prod")``, whose
+caller name could not be matched to the 2.13 build; ``resize_`` of quantized tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+
+Rule = Callable[[Any, Any], Optional[Callable[[Any], None]]]
+_T = torch.Tensor
+_nn: Any = torch._C._nn
+_F: Any = torch.nn.functional
+_deterministic = torch.are_deterministic_algorithms_enabled
+_warn_only = torch.is_deterministic_algorithms_warn_only_enabled
+_DOC = torch.use_deterministic_algorithms.__doc__ or ""
+
+
+def _documented(name: str) -> bool:
+    """Does the installed torch document ``name`` as refused in deterministic mode?"""
+    throws = _DOC.split("operations will throw a", 1)[-1]
+    return f"{name}`" in throws
+
+
+# -- torch's words ----------------------------------------------------------------------------
+_TEXTS: dict[bool, str] = {}
+
+
+def alert_text(caller: str, warn_only: bool) -> str:
+    """``alertNotDeterministic(caller)``'s text, from the installed torch: the CPU's
+    ``put_(accumulate=False)`` alerts with caller ``put_``, which is replaced."""
+    text = _TEXTS.get(warn_only)
+    if text is None:
+        text = _TEXTS[warn_only] = _cpu_alert(warn_only)
+    return caller + text[len("put_") :]
+
+
+def _cpu_alert(warn_only: bool) -> str:
+    before = (_deterministic(), _warn_only())
+    x, source = torch.zeros(1, device="cpu"), torch.zeros(1, device="cpu")
+    index = torch.zeros(1, dtype=torch.long, device="cpu")
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                x.put_(index, source, accumulate=False)
+            except RuntimeError as exc:
+                return str(exc)
+        return next(str(w.message) for w in caught if str(w.message).startswith("put_ "))
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def alert(caller: str) -> None:
+    """CUDA's ``alertNotDeterministic(caller)``: raise, or warn under ``warn_only``."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if not _deterministic():
+        return
+    warn_only = _warn_only()
+    text = alert_text(caller, warn_only)
+    if warn_only:
+        warnings.warn(text, UserWarning, stacklevel=_stacklevel())
+    else:
+        raise RuntimeError(text)
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _stacklevel() -> int:
+    """The warning's level: the first frame outside the emulator (torch's, or the user's
+    call), where a CUDA kernel's warning points."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIR):
+        level, frame = level + 1, frame.f_back  # type: ignore[assignment]
+    return level
+
+
+# The installed torch's documentation says whether cuBLAS needs a workspace setting, and
+# where to read about it (the address changed with the releases).
+_CUBLAS_URL = re.search(r"<(https://docs\.nvidia\.com/cuda/cublas/[^>]+)>", _DOC)
+CUBLAS_CHECKED = "CUBLAS_WORKSPACE_CONFIG" in _DOC and _CUBLAS_URL is not None
+_CUBLAS_CONFIGS = (":4096:8", ":16:8")
+# The address the last releases with the check gave (pytorch#109856 shows the earlier one).
+_CUBLAS_LAST_URL = "https://docs.nvidia.com/cuda/cublas/index.html#results-reproducibility"
+
+
+def cublas_text() -> str:
+    """``alertCuBLASConfigNotDeterministic``'s message (``aten/src/ATen/Context.cpp``)."""
+    url = _CUBLAS_URL.group(1) if _CUBLAS_URL else _CUBLAS_LAST_URL
+    first, second = (f"CUBLAS_WORKSPACE_CONFIG={c}" for c in _CUBLAS_CONFIGS)
+    return (
+        "Deterministic behavior was enabled with either `torch.use_deterministic_algorithms"
+        "(True)` or `at::Context::setDeterministicAlgorithms(true)`, but this operation is not "
+        "deterministic because it uses CuBLAS and you have CUDA >= 10.2. To enable "
+        "deterministic behavior in this case, you must set an environment variable before "
+        f"running your PyTorch application: {first} or {second}. For more information, go to "
+        f"{url}"
+    )
+
+
+def _cublas(args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if not (CUBLAS_CHECKED and _deterministic()):
+        return
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG") in _CUBLAS_CONFIGS:
+        return
+    if not any(isinstance(a, _T) and (a.is_floating_point() or a.is_complex()) for a in args):
+        return  # integer products do not reach cuBLAS
+    if _warn_only():
+        warnings.warn(cublas_text(), UserWarning, stacklevel=_stacklevel())
+        return
+    raise RuntimeError(cublas_text())
+
+
+# -- forward refusals -------------------------------------------------------------------------
+def _arg(args: Any, kwargs: Any, index: int, name: str, default: Any = None) -> Any:
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name, default)
+
+
+def _histc(args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    alert("_histc_cuda")
+
+
+def _bincount(args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if _arg(args, kwargs, 1, "weights") is not None:
+        alert("_bincount_cuda")
+
+
+def _median(args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if len(args) > 1 or "dim" in kwargs:  # the overload with indices
+        alert("median CUDA with indices output")
+
+
+def _put(args: Any, kwargs: Any) -> None:
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if _arg(args, kwargs, 3, "accumulate", False):
+        alert("put_")  # (accumulate=False: the CPU kernel alerts with the same words)
+
+
+def _nll_loss(args: Any, kwargs: Any) -> None:
+    """nll_loss_nd takes nll_loss2d for inputs of 3 or more dimensions; its CUDA kernel
+    alerts for the reductions (atomicAdd, ``NLLLoss2d.cu``)."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    x, target = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "target")
+    if not (isinstance(x, _T) and isinstance(target, _T)) or x.dim() < 3:
+        return
+    if target.is_floating_point():  # cross_entropy with class probabilities: no nll_loss
+        return
+    reduction = _arg(args, kwargs, 6, "reduction", "mean")
+    if _arg(args, kwargs, 5, "reduce") is False:
+        reduction = "none"
+    if reduction != "none":
+        alert("nll_loss2d_forward_out_cuda_template")
+
+
+# -- backward refusals: armed on the node the CPU op made ------------------------------------
+_NODES = {
+    "UpsampleLinear1DBackward0": "upsample_linear1d_backward_out_cuda",
+    "UpsampleBilinear2DBackward0": "upsample_bilinear2d_backward_out_cuda",
+    "UpsampleBicubic2DBackward0": "upsample_bicubic2d_backward_out_cuda",
+    "UpsampleTrilinear3DBackward0": "upsample_trilinear3d_backward_out_cuda",
+    "AvgPool3DBackward0": "avg_pool3d_backward_cuda",
+    "AdaptiveAvgPool2DBackward0": "adaptive_avg_pool2d_backward_cuda",
+    "AdaptiveAvgPool3DBackward0": "adaptive_avg_pool3d_backward_cuda",
+    "AdaptiveMaxPool2DBackward0": "adaptive_max_pool2d_backward_cuda",
+    "FractionalMaxPool2DBackward0": "fractional_max_pool2d_backward_cuda",
+    "FractionalMaxPool3DBackward0": "fractional_max_pool3d_backward_cuda",
+    "ReflectionPad1DBackward0": "reflection_pad1d_backward_out_cuda",
+    "ReflectionPad3DBackward0": "reflection_pad3d_backward_out_cuda",
+    "GridSampler2DBackward0": "grid_sampler_2d_backward_cuda",
+    "GridSampler3DBackward0": "grid_sampler_3d_backward_cuda",
+    "CtcLossBackward0": "ctc_loss_backward_gpu",
+    "EmbeddingBagBackward0": "embedding_bag_backward_cuda_max",
+}
+# The torch documentation's name for each node's op (an entry it does not list stays off).
+_DOCUMENTED = {
+    "UpsampleLinear1DBackward0": "torch.nn.functional.interpolate",
+    "UpsampleBilinear2DBackward0": "torch.nn.functional.interpolate",
+    "UpsampleBicubic2DBackward0": "torch.nn.functional.interpolate",
+    "UpsampleTrilinear3DBackward0": "torch.nn.functional.interpolate",
+    "AvgPool3DBackward0": "torch.nn.AvgPool3d",
+    "AdaptiveAvgPool2DBackward0": "torch.nn.AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3DBackward0": "torch.nn.AdaptiveAvgPool3d",
+    "AdaptiveMaxPool2DBackward0": "torch.nn.AdaptiveMaxPool2d",
+    "FractionalMaxPool2DBackward0": "torch.nn.FractionalMaxPool2d",
+    "FractionalMaxPool3DBackward0": "torch.nn.FractionalMaxPool3d",
+    "ReflectionPad1DBackward0": "torch.nn.ReflectionPad1d",
+    "ReflectionPad3DBackward0": "torch.nn.ReflectionPad3d",
+    "GridSampler2DBackward0": "torch.nn.functional.grid_sample",
+    "GridSampler3DBackward0": "torch.nn.functional.grid_sample",
+    "CtcLossBackward0": "torch.nn.CTCLoss",
+    "EmbeddingBagBackward0": "torch.nn.EmbeddingBag",
+}
+NODES = {node: caller for node, caller in _NODES.items() if _documented(_DOCUMENTED[node])}
+
+
+def _armed(out: Any) -> None:
+    """Arm the backward refusal on the node that made ``out`` (the CPU result), if its
+    CUDA backward kernel alerts: it fires when backward reaches the node, as on a GPU."""
+    for t in out if isinstance(out, tuple) else (out,):
+        node = getattr(t, "grad_fn", None) if isinstance(t, _T) else None
+        for _ in range(3):  # ctc_loss's node sits under its reduction
+            if node is None:
+                break
+            name = type(node).__name__
+            caller = NODES.get(name)
+            if caller is not None:
+                if name != "EmbeddingBagBackward0" or str(node._saved_mode) in ("max", "2"):
+                    node.register_prehook(_backward_alert(caller))
+                return
+            if name not in ("MeanBackward0", "DivBackward0", "SumBackward0"):
+                break
+            node = node.next_functions[0][0] if node.next_functions else None
+
+
+def _backward_alert(caller: str) -> Callable[[Any], None]:
+    def hook(grad_outputs: Any) -> None:
+        alert(caller)
+
+    return hook
+
+
+def _backward(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
+    return _armed if torch.is_grad_enabled() else None
+
+
+# -- the table ----------------------------------------------------------------------------------
+def _functions(names: tuple[str, ...], *owners: Any) -> list[Any]:
+    found = []
+    for owner in owners:
+        for name in names:
+            f = getattr(owner, name, None)
+            if f is not None:
+                found.append(f)
+    return found
+
+
+def _build() -> dict[Any, Rule]:
+    table: dict[Any, Rule] = {}
+    forward: list[tuple[str, tuple[str, ...], Any]] = [
+        ("torch.histc", ("histc",), _histc),
+        ("torch.bincount", ("bincount",), _bincount),
+        ("torch.median", ("median", "nanmedian"), _median),
+        ("torch.Tensor.put_", ("put_", "put"), _put),
+        ("torch.nn.NLLLoss", ("nll_loss", "cross_entropy"), _nll_loss),
+    ]
+    for documented, names, rule in forward:
+        if _documented(documented):
+            for f in _functions(names, torch, _T, _F):
+                table[f] = rule
+    backward = (
+        "interpolate",
+        "upsample",
+        "upsample_bilinear",
+        "upsample_linear1d",
+        "upsample_bilinear2d",
+        "upsample_bicubic2d",
+        "upsample_trilinear3d",
+        "avg_pool3d",
+        "adaptive_avg_pool2d",
+        "adaptive_avg_pool3d",
+        "adaptive_max_pool2d",
+        "adaptive_max_pool2d_with_indices",
+        "fractional_max_pool2d",
+        "fractional_max_pool2d_with_indices",
+        "fractional_max_pool3d",
+        "fractional_max_pool3d_with_indices",
+        "pad",
+        "reflection_pad1d",
+        "reflection_pad3d",
+        "grid_sample",
+        "grid_sampler",
+        "grid_sampler_2d",
+        "grid_sampler_3d",
+        "ctc_loss",
+        "embedding_bag",
+    )
+    if NODES:
+        for f in _functions(backward, torch, _F, _nn):
+            table.setdefault(f, _backward)
+    # Products reach cuBLAS: the rule reads CUBLAS_CHECKED when called (a test sets it).
+    products = (
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "matmul",
+        "__matmul__",
+        "__rmatmul__",
+        "linear",
+        "bilinear",
+        "einsum",
+        "tensordot",
+        "chain_matmul",
+    )
+    for f in [*_functions(products, torch, _T, _F), torch.linalg.multi_dot]:
+        table.setdefault(f, _cublas)
+    return table
+
+
+TABLE: dict[Any, Rule] = _build()
