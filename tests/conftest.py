@@ -102,6 +102,7 @@ QUICK_FILES = frozenset(
         "test_devcheck_fix_texts.py",
         "test_devcheck_fixcell.py",
         "test_devcheck_fixsource.py",
+        "test_devcheck_heldout.py",
         "test_devcheck_meta_model.py",
         "test_device.py",
         "test_devices_diff.py",
