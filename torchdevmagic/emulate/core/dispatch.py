@@ -17,6 +17,7 @@ import torch
 
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import rules as _rules
+from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
 from torchdevmagic.emulate.core.rules import not_a_cpu_long
@@ -140,6 +141,7 @@ def _to_copy(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
     asked = kwargs.get("device")
     target = None if asked is None else torch.device(asked)
     if target is not None and target.type == "cpu":
+        _syncs.mark()  # a copy to the host waits for the GPU (tolist() comes this way)
         return func(*new_args, **new_kwargs)  # .cpu() reached below the placement mode
     if target is not None and target.type == "cuda":
         device = target
@@ -148,6 +150,7 @@ def _to_copy(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
 
 
 def _local_scalar(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
+    _syncs.mark()  # a value read by the host waits for the GPU
     return func(*new[0], **new[1])
 
 

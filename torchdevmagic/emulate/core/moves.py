@@ -12,6 +12,7 @@ import torch
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import sizes as _sizes
+from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.core.sizes import refused
 from torchdevmagic.emulate.core.tensor import OWN_KEYS, EmulatedTensor, device_of, inner_of, wrap
 
@@ -39,6 +40,7 @@ def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bo
             raise refused(exc, target) from None
         return wrap(moved, target)
     if target.type == "cpu" and type(x) is EmulatedTensor:
+        _syncs.mark()  # a copy to the host waits for the GPU
         return inner_of(x).to(dtype=dtype, copy=True)
     with torch._C.DisableTorchFunction():
         return torch.Tensor.to(inner_of(x), target, dtype, copy=copy)

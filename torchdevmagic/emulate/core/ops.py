@@ -30,6 +30,7 @@ from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import refusals as _refusals
 from torchdevmagic.emulate.core import rules as _rules
 from torchdevmagic.emulate.core import sizes as _sizes
+from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core.moves import leave, move_without_session
 from torchdevmagic.emulate.core.sizes import refused
@@ -112,7 +113,7 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return _mixed(func, args, kwargs, (new_args, new_kwargs), st)
     if _dispatch_modes() and not (_grad_enabled() and _needs_grad(st[2])):
         return usual(func, args, kwargs)  # a user's dispatch mode sees the emulated tensors
-    rule = _BEFORE.get(func)  # what CUDA's kernel refuses before it runs
+    rule = _BEFORE.get(func)  # what CUDA's kernel refuses, or waits for, before it runs
     after = rule(new_args, new_kwargs) if rule is not None else None
     if func in _sizes.GROWS and _tensor.ledger is not None:
         _sizes.check_before(func, new_args, new_kwargs, device)
@@ -134,10 +135,25 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             if w.__dict__["_inner"] is out:
                 return w  # in-place and out= ops return their argument
         return wrap(out, device)
+    if not isinstance(out, tuple):  # item(), tolist(), bool(x), repr(x): read by the host
+        _syncs.mark()
     return _wrap_out(out, inputs, (), device)
 
 
+def _waiting(rule: Any) -> Any:
+    """``rule``, and the host waits for the GPU (an output size read from its values)."""
+
+    def waits(args: Any, kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        _syncs.mark()
+        return rule(args, kwargs) if rule is not None else None
+
+    return waits
+
+
 _BEFORE: dict[Any, Any] = dict(_refusals.TABLE)
+for _f in _syncs.WAITING:
+    _BEFORE[_f] = _waiting(_BEFORE.get(_f))
 
 
 def usual(func: Any, args: Any, kwargs: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, cast
 import torch
 
 from torchdevmagic.emulate.core import faults as _faults
+from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.core.errors import unpinned
 
 _META = torch.device("meta")
@@ -105,6 +106,7 @@ class EmulatedTensor(torch.Tensor):
     def tolist(self) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         _faults.check()  # a kernel asserted earlier: the copy to the host fails
+        _syncs.mark()  # the host waits for the GPU
         return self.__dict__["_inner"].tolist()
 
     @property

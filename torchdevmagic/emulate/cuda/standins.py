@@ -3,7 +3,9 @@
 Availability, device count and names, the current device, memory (from the ledger), and
 streams and events that keep host-clock time: the work already ran when it was queued, so a
 stream is always idle, ``synchronize`` returns at once, and ``Event.elapsed_time`` is the host
-time between two records, flagged in ``EMULATED_TIMING`` so timers can say so.
+time between two records, flagged in ``EMULATED_TIMING`` so timers can say so. An event is
+complete, as on a GPU, only once the host has waited after it was recorded (``core/syncs``):
+``elapsed_time`` before that fails with CUDA's error.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 from torchdevmagic.emulate.core import faults as _faults
+from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.cuda.devices import Devices, bad_fork
 from torchdevmagic.emulate.cuda.memory import Ledger
 
@@ -44,6 +47,29 @@ MEMORY_NAMES = (
 NAME = "Emulated CUDA GPU (torchdevmagic, runs on CPU)"
 # True on every stand-in whose timings are host-clock: timers check it to say so.
 EMULATED_TIMING = True
+
+
+# Event.elapsed_time's refusals (aten/src/ATen/cuda/CUDAEvent.h): from 2.8 its own checks
+# (pytorch#151404: ValueError for timing and recording, RuntimeError for completion); before,
+# cudaEventElapsedTime's error codes through C10_CUDA_CHECK.
+_CHECKED_EVENTS = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 8)
+
+
+def _not_timed() -> BaseException:
+    if _CHECKED_EVENTS:
+        return ValueError("Both events must be created with argument 'enable_timing=True'.")
+    return _faults.cuda_error("invalid resource handle", "cudaErrorInvalidResourceHandle")
+
+
+def _not_recorded() -> BaseException:
+    text = "Both events must be recorded before calculating elapsed time."
+    return ValueError(text) if _CHECKED_EVENTS else RuntimeError(text)
+
+
+def _not_completed() -> BaseException:
+    if _CHECKED_EVENTS:
+        return RuntimeError("Both events must be completed before calculating elapsed time.")
+    return _faults.cuda_error("device not ready", "cudaErrorNotReady")
 
 
 @dataclass(frozen=True)
@@ -97,10 +123,12 @@ class CudaStandIns:
 
             def query(self) -> bool:
                 _faults.check()
+                _syncs.mark()  # its work ran when queued: the host now sees it done
                 return True
 
             def synchronize(self) -> None:
                 _faults.check()
+                _syncs.mark()
 
             def is_capturing(self) -> bool:
                 return False
@@ -128,34 +156,45 @@ class CudaStandIns:
                 return f"<torch.cuda.Stream device={self.device} (emulated)>"
 
         class Event:
-            """An emulated CUDA event: the host clock when recorded."""
+            """An emulated CUDA event: the host clock when recorded; complete once the host
+            has waited for the GPU after it was recorded (``core/syncs``)."""
 
             emulated = True
 
             def __init__(self, enable_timing: bool = False, **kwargs: Any) -> None:
                 self.enable_timing = enable_timing
                 self.t: Optional[float] = None
+                self.at: Optional[int] = None  # the host's waits when it was recorded
 
             def record(self, stream: Any = None) -> None:
                 _faults.check()
                 self.t = time.perf_counter()
+                self.at = _syncs.count
 
             def wait(self, stream: Any = None) -> None:
                 _faults.check()
 
             def query(self) -> bool:
                 _faults.check()
+                if not self.done():
+                    _syncs.mark()  # its work ran when queued: the host now sees it done
                 return True
 
             def synchronize(self) -> None:
                 _faults.check()
+                _syncs.mark()
+
+            def done(self) -> bool:
+                return self.at is None or self.at < _syncs.count
 
             def elapsed_time(self, end: Any) -> float:
                 _faults.check()
+                if not (self.enable_timing and end.enable_timing):
+                    raise _not_timed()
                 if self.t is None or end.t is None:
-                    raise RuntimeError(
-                        "Both events must be recorded before calculating elapsed time."
-                    )
+                    raise _not_recorded()
+                if not (self.done() and end.done()):
+                    raise _not_completed()
                 return float((end.t - self.t) * 1000.0)
 
         self.Stream = Stream
@@ -223,6 +262,7 @@ class CudaStandIns:
     def synchronize(self, device: Any = None) -> None:
         self.index(device)
         _faults.check()  # a kernel's device-side assert surfaces at the next sync
+        _syncs.mark()
 
     # -- memory ----------------------------------------------------------------------------
     def memory_allocated(self, device: Any = None) -> int:
