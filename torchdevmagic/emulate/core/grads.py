@@ -185,8 +185,8 @@ def _grad_set(func: Any, args: Any, kwargs: Any) -> None:
         if theirs.type != "cuda":
             raise RuntimeError(
                 f"attempting to assign a gradient with device type '{theirs.type}' to a "
-                "tensor with device type 'cuda'. Please ensure that the gradient and the "
-                "tensor are on the same device"
+                f"tensor with device type '{mine.type}'. Please ensure that the gradient and "
+                "the tensor are on the same device"
             )
         if theirs != mine:
             raise RuntimeError(

@@ -92,7 +92,8 @@ def _checked_all(originals: tuple[Any, ...], results: Any, hook: Any) -> Any:
         return None
     if not isinstance(results, tuple):
         if type(results) is _EMU:  # C++ would name the subclass
-            raise TypeError("expected tuple, but hook returned 'Tensor'")
+            name = "Tensor"
+            raise TypeError(f"expected tuple, but hook returned '{name}'")
         return results  # C++ says what it is
     if len(results) != len(originals):
         raise RuntimeError(

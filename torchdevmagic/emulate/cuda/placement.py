@@ -126,7 +126,7 @@ class PlacementMode(TorchFunctionMode):
         device = args[1] if len(args) > 1 else kwargs.get("device")
         target = self.devices.resolve(self.devices.current if device is None else device)
         if target is None:  # .cuda("cpu") and the like: CUDA would refuse them too
-            raise RuntimeError(f"Invalid device, must be cuda device (got {device!r})")
+            raise RuntimeError("Invalid device, must be cuda device")  # THPVariable_cuda's
         return to_device(x, target)
 
     def _cpu(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
