@@ -69,6 +69,7 @@ class Outcome:
     fixed: bool = False
     detail: str = ""
     fix: str = ""
+    strategy: str = ""  # the fix planner's strategy that fired, or the shape that fell through
 
     @property
     def solved(self) -> bool:
@@ -135,6 +136,7 @@ class Runner:
         names = [c.expression for c in d.culprits]
         out.culprit = self.case.culprit is None or names[:1] == [self.case.culprit]
         out.fix = d.fix or ""
+        out.strategy = d.strategy or (f"none ({d.fell_through})" if d.fell_through else "")
         if not (out.kind and out.culprit):
             out.detail = f"kind {d.kind}, culprits {names}"
         if d.fix is None:
@@ -233,7 +235,7 @@ def main() -> None:
     shell = InteractiveShell.instance()
     shell.extension_manager.load_extension("torchdevmagic")
     solved = 0
-    print(f"{'case':40} kind culprit fix  detail")
+    print(f"{'case':40} kind culprit fix  strategy / detail")
     for case in CASES:
         try:
             with (
@@ -245,7 +247,7 @@ def main() -> None:
             o = Outcome(detail=f"harness: {type(exc).__name__}: {exc}")
         solved += o.solved
         marks = " ".join("yes " if ok else "NO  " for ok in (o.kind, o.culprit, o.fixed))
-        print(f"{case.name:40} {marks} {o.detail[:100]}")
+        print(f"{case.name:40} {marks} {o.strategy or '-'}  {o.detail[:100]}")
         if not o.solved and o.fix:
             print(f"{'':40} fix was: {o.fix[:110]}")
     print(f"\nfully solved: {solved} of {len(CASES)}")

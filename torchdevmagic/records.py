@@ -518,6 +518,8 @@ class DiagnosisRecord:
     fix_scope: str = ""  # "Net.forward (Cell In[3], line 12)": the fix goes in that function
     fix_insert: bool = False  # the fix goes before line fix_lineno instead of replacing it
     fix_end_lineno: Optional[int] = None  # the fix replaces lines fix_lineno to this one
+    strategy: str = ""  # the fix planner's strategy that wrote the fix ("" for none)
+    fell_through: str = ""  # no strategy fired: the shape of the culprit that fell through
 
 
 __all__ = [

@@ -5,7 +5,7 @@ every per-kind handler shares (the Ctx record, culprit rows)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Callable, Optional
 
@@ -13,10 +13,10 @@ from torchdevmagic._format import format_dtype, format_shape, plural
 from torchdevmagic.diagnosis import class_attrs as ca
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
-from torchdevmagic.diagnosis import frames as fm
-from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis import together
+from torchdevmagic.diagnosis.planner import PlanContext, Planned
+from torchdevmagic.diagnosis.planner import table as planner
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis, MachineVerdict
 from torchdevmagic.diagnosis.tracing import Plan, Tracer
 
@@ -136,73 +136,10 @@ def _moved_with(v: cp.Value, culprits: list[cp.Value]) -> bool:
     )
 
 
-def _mismatch_plan(culprits: list[cp.Value], tracer: Tracer, to_cpu: bool) -> Optional[Plan]:
-    culprits = [v for v in culprits if not _moved_with(v, culprits)]
-    if not culprits:
-        return None
-    first = culprits[0]
-    if to_cpu:
-        return tracer.to_cpu_plan(first)
-    held_by_class = ca.class_fix(culprits, tracer.namespace, tracer.cell_dev)
-    if held_by_class is not None:
-        return Plan(held_by_class)
-    if len(culprits) == 1 and first.plain_attribute and not first.expression.startswith("self."):
-        fix = together.plain_attribute_fix(first, tracer.cell_dev)
-        return Plan(fix) if fix else tracer.plan(first)
-    if len(culprits) == 1:
-        return tracer.plan(first)
-    owner = together.one_owner(culprits)
-    if owner is not None:  # each tensor attribute moved in the module's instance dict
-        return Plan(fx.move_fix(replace(first, expression=owner, kind="object"), tracer.cell_dev))
-    plans = [tracer.plan(v) for v in culprits]
-    joint = together.joint_plan(tracer, culprits, plans)
-    if joint is not None:
-        return joint
-    if all(p is not None and p.lineno is None for p in plans):
-        combined = fx.combined_fix(culprits, tracer.cell_dev)
-        return Plan(combined) if combined else None
-    return next((p for p in plans if p is not None), None)
-
-
-def _meta_model_plan(
-    culprits: list[cp.Value], values: list[cp.Value], target: str, namespace: Any
-) -> Optional[Plan]:
-    """Data met a model wholly on ``meta`` (built under accelerate's ``init_empty_weights`` or
-    ``torch.device("meta")``): moving the data to meta would run and compute nothing, a meta
-    tensor has no values. The model gets memory where the data is and values in it:
-    ``to_empty``, then each layer's ``reset_parameters``. Not when a variable of the user's
-    names meta (``DEVICE = "meta"``, the demo notebook's ``TARGET``): that notebook put the
-    model on meta on purpose, standing in for a GPU."""
-    if fx.device_type(target) != "meta" or not culprits or not culprits[0].devices:
-        return None
-    if fx.names_meta(namespace):
-        return None
-    real = culprits[0].devices[0]
-    if fx.device_type(real) == "meta":
-        return None
-    models = [
-        v
-        for v in values
-        if v.kind == "module"
-        and not v.split
-        and {fx.device_type(d) for d in v.devices} == {"meta"}
-        and not v.expression.startswith("self.")
-        and v.expression.replace(".", "").replace("_", "").isalnum()
-    ]
-    if not models:
-        return None
-    e = min(models, key=lambda v: (v.expression.count("."), v.expression)).expression
-    dev = fx.device_expression(real, namespace)
-    fix = (
-        f"{e}.to_empty(device={dev})"
-        '.apply(lambda m: m.reset_parameters() if hasattr(m, "reset_parameters") else None)'
-    )
-    why = (
-        f"{e} is wholly on meta (shapes, no values): moving the data there computes nothing; "
-        f"the fix gives it memory on {real} and fresh weights (trained ones: "
-        f"{e}.load_state_dict(...) after to_empty)"
-    )
-    return Plan(fix, note=why)
+def _planned(fields: dict[str, Any], planned: Planned) -> dict[str, Any]:
+    fields = with_plan(fields, planned.plan)
+    fields.update(strategy=planned.strategy, fell_through=planned.fell_through)
+    return fields
 
 
 def _placed(v: cp.Value) -> str:
@@ -234,25 +171,6 @@ def _mismatch_summary(  # noqa: PLR0917 - the parts of one sentence
         summary += f" (PyTorch's argument {match.argument!r})"
     notes.append("none of the names on this line holds the odd tensor: it is made deeper down")
     return summary
-
-
-def _optimizer_state_plan(c: Ctx) -> Optional[Plan]:
-    """``opt.step()`` met two devices and no name on the line holds the odd tensor: the
-    optimizer's state stayed where the parameters were when it was loaded (found with the
-    emulated GPU). ``Optimizer.load_state_dict`` casts each state tensor to its parameter's
-    device. Only the namespace's own dict and the optimizer's type are read."""
-    source = str(c.base.get("source") or "")
-    name = source.split(".step(", 1)[0] if ".step(" in source else ""
-    optim = getattr(c.torch, "optim", None)
-    if not name.isidentifier() or type(c.namespace) is not dict or optim is None:
-        return None
-    if optim.Optimizer not in type(dict.get(c.namespace, name)).__mro__:
-        return None
-    why = (
-        f"{name}'s state is on another device than its parameters (loaded before the model "
-        "moved): load_state_dict moves each state tensor to its parameter's device"
-    )
-    return Plan(f"{name}.load_state_dict({name}.state_dict())", note=why)
 
 
 def _gpu_index_device(match: rl.Match, target: str, frames: list[Any]) -> Optional[str]:
@@ -302,13 +220,22 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     made_here = anonymous is not None and not any(odd(v) for v in frames[-1].values)
     culprits = [] if made_here else unique(innermost(frames, odd))
     rows = [culprit_row(v) for v in culprits]
-    plan = _meta_model_plan(culprits, everything, target, namespace)
-    plan = plan or _mismatch_plan(culprits, tracer, bool(forced))
-    if not culprits and anonymous is not None:
-        made, plan = anonymous
-        rows = [Culprit(made, ", ".join(others) or "?", "made on the failing line without device=")]
-    if plan is None and not culprits:
-        plan = _optimizer_state_plan(c)
+    planning = PlanContext(
+        match.kind,
+        tracer,
+        [v for v in culprits if not _moved_with(v, culprits)],
+        values=everything,
+        to_cpu=bool(forced),
+        source=str(c.base.get("source") or ""),
+        torch=c.torch,
+        anonymous=anonymous,
+        named=culprits,
+    )
+    planned = planner.plan(planning)
+    plan = planned.plan
+    if planned.strategy == "made_on_failing_line" and anonymous is not None:
+        why = "made on the failing line without device="
+        rows = [Culprit(anonymous[0], ", ".join(others) or "?", why)]
     if plan is not None and plan.culprit is not None:
         rows, culprits = [culprit_row(plan.culprit)], [plan.culprit]
     notes = [plan.note] if plan is not None and plan.note else []
@@ -319,7 +246,7 @@ def device_mismatch(c: Ctx) -> Diagnosis:
         inner = {v.object_id for v in frames[-1].values}
         relevant = [v for v in relevant if v.object_id in inner]
     context = [v for v in relevant if v.object_id not in shown]
-    fields = with_plan(dict(c.base, fix=None), plan)
+    fields = _planned(dict(c.base, fix=None), planned)
     return Diagnosis(
         summary=summary,
         culprits=tuple(rows),
@@ -346,15 +273,18 @@ def dtype_mismatch(c: Ctx) -> Diagnosis:
     culprits = unique(innermost(c.frames, odd)) or [v for v in relevant if odd(v)]
     shown = {v.object_id for v in culprits}  # a culprit under its inner name too
     context = [v for v in relevant if v.object_id not in shown]
-    dt = fx.dtype_literal(target)
-    plan = _dtype_plan(culprits, c.frames, dt)
+    tracer = Tracer(c.frames, c.namespace, target)
+    planning = PlanContext(match.kind, tracer, culprits, values=values, torch=c.torch)
+    planning.dtype, planning.named = fx.dtype_literal(target), culprits
+    planned = planner.plan(planning)
+    plan = planned.plan
     names = ", ".join(v.expression for v in culprits) or "an operand"
     odd_types = ", ".join(sorted({d for v in culprits for d in v.dtypes if d != target}))
     summary = f"{names} is {odd_types or match.odd}, the operation wants {target}"
     notes = [plan.note] if plan is not None and plan.note else []
     if match.argument != "target":
         notes.append("or run the forward pass under torch.autocast for mixed precision")
-    fields = with_plan(dict(c.base, fix=None), plan)
+    fields = _planned(dict(c.base, fix=None), planned)
     return Diagnosis(
         summary=summary,
         culprits=tuple(culprit_row(v) for v in culprits),
@@ -362,21 +292,3 @@ def dtype_mismatch(c: Ctx) -> Diagnosis:
         notes=tuple(notes),
         **fields,
     )
-
-
-def _dtype_plan(culprits: list[cp.Value], frames: list[Any], dt: str) -> Optional[Plan]:
-    """A variable the cell itself creates: its creating line rewritten (re-running the cell
-    would recreate it); anything else converted before the cell runs."""
-    if not culprits:
-        return None
-    if len(culprits) == 1 and culprits[0].expression.isidentifier():
-        v = culprits[0]
-        for fr in frames:
-            if not fr.is_cell:
-                continue
-            hits = fm.assignments_before(fr.tree, fr.lineno, v.expression)
-            fixed = rw.rewrite_dtype(hits[-1], dt) if hits else None
-            if fixed is not None:
-                why = f"line {hits[-1].lineno} creates {v.expression} as {v.dtypes[0]}"
-                return fx.replacing(fixed, hits[-1], fr.frame.f_code.co_filename, note=why)
-    return Plan("; ".join(fx.move_fix(v, dt) for v in culprits))

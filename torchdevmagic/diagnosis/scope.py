@@ -5,7 +5,7 @@ device. It answers the questions every fix planner asks: the frame a value was f
 the outermost frame that names it, the device expression a line in that frame can use
 (``x.device``, ``next(self.parameters()).device``, the notebook's ``DEVICE``), and how a
 line is placed in that frame's function (replacing a statement, or at a line) with its note.
-The planners (:mod:`.tracing`, :mod:`.together`, :mod:`.lasting`) build on it.
+The strategies' helpers (:mod:`.tracing`, :mod:`.together`, :mod:`.lasting`) build on it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Trace a culprit back to where the user can act, and write the fix there.
+"""Write the fix for a culprit where the user can act: the helpers the planner's strategies
+(:mod:`.planner.strategies`) call, one per place a value can come from.
 
 A culprit is found where the error happened (often inside the user's ``forward`` or a helper
 file); the fix belongs where its value came from:
@@ -15,7 +16,8 @@ file); the fix belongs where its value came from:
 - a value the failing function makes and reads again after the failing line: fixed where it
   is made, for the rest of the function (``lasting.py``).
 
-The helpers every planner shares (a frame's device expression, placing a line in a
+Which of them applies, and in which order, is the planner's table (:mod:`.planner.table`).
+The helpers every strategy shares (a frame's device expression, placing a line in a
 function) are :class:`.scope.Scope`'s; the joint fixes are :mod:`.together`'s.
 
 A fix is written in one frame's names only, never repeats the failing line, and never moves a
@@ -34,7 +36,6 @@ from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis import together
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.diagnosis.fixes import Plan
-from torchdevmagic.diagnosis.lasting import plan as lasting_plan
 from torchdevmagic.diagnosis.resolve import is_reference
 from torchdevmagic.diagnosis.scope import Scope
 
@@ -42,46 +43,10 @@ __all__ = ["Plan", "Tracer"]
 
 
 class Tracer(Scope):
-    """Plans fixes for culprits found in ``frames`` (the analysis's user frames); where a
+    """The lines that fix culprits found in ``frames`` (the analysis's user frames); where a
     line goes and in which names comes from :class:`.scope.Scope`."""
 
     # ------------------------------------------------------------------ plans
-
-    def plan(self, v: Value) -> Optional[Plan]:
-        fr = self.frame_of(v)
-        home = self.home(v)
-        if home is not None and home.is_cell:
-            return self.cell_plan(v, home)
-        container = self.container_plan(v, fr)
-        if container is not None:
-            return container
-        if v.items == "module" and "." in v.expression and not v.expression.startswith("self."):
-            # ``self.heads`` named on the failing line (Python 3.12 inlines the comprehension
-            # that reads it): a module's plain container, as when reached by its loop variable.
-            return self.held_container_plan(v.expression, v)
-        if home is not None and home is not fr:
-            # Named in an outer function (``for name, metric in self.metrics.items()``,
-            # then ``metric(preds, y)``): no notebook name, so the plain container there.
-            container = self.container_plan(replace(v, local=v.expression), home)
-            if container is not None:
-                return container
-            return self.function_plan(replace(v, local=v.expression), home)
-        lasting = lasting_plan(self, v, fr)
-        if lasting is not None:  # made here and read again after the failing line
-            return lasting
-        if fr is not None and not fr.is_cell and v.local.startswith("self."):
-            reset = fm.attribute_set_before(fr.func, fr.lineno, v.local)
-            if reset is not None:  # ``self.hidden = self.init_hidden()`` first: moved here
-                return self.moved_where_read(v, fr, reset)
-        if not v.expression.startswith("self.") and v.expression != v.local:
-            # named from the notebook (a module attribute path, an input object's tensor)
-            return together.object_plan(self, v) or Plan(self.move(v))
-        if fr is not None and not fr.is_cell:
-            # ``lambda x: x + pe``: the notebook's pe, moved in the notebook
-            if v.local == v.expression and fr.reads_global(v.local, v.object_id):
-                return Plan(self.move(v))
-            return self.function_plan(v, fr)
-        return Plan(self.move(v)) if not v.expression.startswith("self.") else None
 
     def moved_where_read(self, v: Value, fr: Any, reset: ast.stmt) -> Optional[Plan]:
         """An attribute the function sets again before the failing line (the BiLSTM-CRF
