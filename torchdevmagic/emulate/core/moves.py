@@ -5,7 +5,7 @@ while a session runs; ``ops`` does for tensors kept after it stopped."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
 import torch
 
@@ -17,71 +17,158 @@ from torchdevmagic.emulate.core.sizes import refused
 from torchdevmagic.emulate.core.tensor import OWN_KEYS, EmulatedTensor, device_of, inner_of, wrap
 
 _CPU = torch.device("cpu")
+_PRESERVE = torch.preserve_format
+_import_dotted_name: Any = torch._utils._import_dotted_name
 _TB: Any = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
 _swap: Any = getattr(torch.utils, "swap_tensors", None)  # torch's own, before any session
 
 
-def to_device(x: torch.Tensor, target: torch.device, dtype: Any = None, copy: bool = False) -> Any:
-    """``x.to(target, dtype)`` with the emulated GPU standing in for CUDA. The copy of the CPU
-    tensor is recorded by autograd where ``x`` needs a graph: gradients flow back."""
+def to_device(
+    x: torch.Tensor,
+    target: torch.device,
+    dtype: Any = None,
+    copy: bool = False,
+    memory_format: Any = None,
+) -> Any:
+    """``x.to(target, dtype, copy=copy, memory_format=...)`` with the emulated GPU standing
+    in for CUDA. The copy of the CPU tensor is recorded by autograd where ``x`` needs a
+    graph: gradients flow back. Whether a move within one device makes a copy is torch's
+    own answer (``Tensor.to`` on the CPU tensor)."""
     __tracebackhide__ = True  # IPython and pytest show the caller
     source = device_of(x)
     if source.type == "cuda" or target.type == "cuda":
         _faults.check()  # a copy through the GPU fails once a kernel asserted
     dtype = x.dtype if dtype is None else dtype
-    if source == target and dtype == x.dtype and not copy:
-        return x
+    fmt = _PRESERVE if memory_format is None else memory_format
+    inner = inner_of(x)
+    if source == target:
+        if not copy and dtype == x.dtype and fmt is _PRESERVE:
+            return x
+        if type(x) is EmulatedTensor:
+            moved = inner.to(_CPU, dtype, copy=copy, memory_format=fmt)
+            return x if moved is inner else wrap(moved, target)
     if target.type == "cuda":
-        inner = inner_of(x)
         _sizes.copy_check(inner, dtype, target)  # before the copy, as a GPU refuses
         try:
-            moved = inner.to(dtype=dtype, copy=True)
+            # (out of a meta tensor: torch's own "Cannot copy out of meta tensor; no data!")
+            moved = inner.to(_CPU, dtype, copy=True, memory_format=fmt)
         except RuntimeError as exc:
             raise refused(exc, target) from None
         return wrap(moved, target)
     if target.type == "cpu" and type(x) is EmulatedTensor:
         _syncs.mark()  # a copy to the host waits for the GPU
-        return inner_of(x).to(dtype=dtype, copy=True)
+        return inner.to(dtype=dtype, copy=True, memory_format=fmt)
     with torch._C.DisableTorchFunction():
-        return torch.Tensor.to(inner_of(x), target, dtype, copy=copy)
+        return torch.Tensor.to(inner, target, dtype, copy=copy, memory_format=fmt)
 
 
 def move_without_session(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    """``.to()``, ``.cuda()``, ``.cpu()`` of an emulated tensor with no session on (kept from
-    an earlier one): ``cuda`` is ``cuda:0``, as no device was made current."""
+    """``.to()``, ``.cuda()``, ``.cpu()``, ``.type()`` of an emulated tensor with no session
+    on (kept from an earlier one): ``cuda`` is ``cuda:0``, as no device was made current."""
     __tracebackhide__ = True  # IPython and pytest show the caller
     x = args[0]
-    dtype, copy = None, False
+    dtype, copy, fmt = None, False, None
     if func is torch.Tensor.cpu:
         device: Any = _CPU
+        fmt = kwargs.get("memory_format")
     elif func is torch.Tensor.cuda:
         device = args[1] if len(args) > 1 else kwargs.get("device")
         device = "cuda" if device is None else device
+        fmt = kwargs.get("memory_format")
+    elif func is torch.Tensor.type:
+        cuda, dtype = type_target(args[1:], kwargs)
+        if cuda is None and dtype is None and not args[1:] and not kwargs:
+            return inner_of(x).type().replace("torch.", "torch.cuda.", 1)  # its type's name
+        device = None if cuda is None else device_of(x) if cuda else _CPU
+        if cuda is None and dtype is None:  # a name torch reads and this does not
+            with torch._C.DisableTorchFunction():
+                return torch.Tensor.type(*args, **kwargs)
     else:
-        device, dtype, copy = parse_to(args[1:], kwargs)
+        move = parse_to(args[1:], kwargs)
+        device, dtype, copy, fmt = move.device, move.dtype, move.copy, move.memory_format
     if isinstance(device, int) and not isinstance(device, bool):
         device = torch.device("cuda", device)
     target = device_of(x) if device is None else torch.device(device)
     if target.type == "cuda" and target.index is None:
         target = torch.device("cuda", 0)
-    return to_device(x, target, dtype, copy)
+    return to_device(x, target, dtype, copy, fmt)
 
 
-def parse_to(rest: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, bool]:
-    """(device, dtype, copy) of a ``Tensor.to`` call, the device as the user wrote it."""
-    device, dtype = kwargs.get("device"), kwargs.get("dtype")
-    copy = bool(kwargs.get("copy", False))
-    pos = list(rest)
+class Move(NamedTuple):
+    """What a ``Tensor.to`` call asks for, as torch's own parser reads it."""
+
+    device: Optional[torch.device]
+    dtype: Optional[torch.dtype]
+    non_blocking: bool
+    copy: bool
+    memory_format: Any
+
+
+def parse_to(rest: Any, kwargs: dict[str, Any]) -> Move:
+    """A ``Tensor.to(*rest, **kwargs)`` call read by meaning: torch's own parser
+    (``torch._C._nn._parse_to``, which ``nn.Module.to`` uses too) takes every spelling of its
+    three overloads, ``to(device, dtype, non_blocking, copy)``, ``to(dtype, non_blocking,
+    copy)`` and ``to(other, non_blocking, copy)``; ``copy``, which it does not take, is read
+    here from its place in the overload."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    pos, kw = list(rest), dict(kwargs)
+    copy = bool(kw.pop("copy", False))
+    first = pos[0] if pos else None
+    at = 2 if isinstance(first, (torch.Tensor, torch.dtype, type)) else 3
+    if len(pos) > at:
+        copy = bool(pos.pop(at))
+    device, dtype, non_blocking, fmt = parse_place(torch._C._nn._parse_to, pos, kw)
+    return Move(device, dtype, bool(non_blocking), copy, fmt)
+
+
+def parse_place(parse: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    """``parse(*args, **kwargs)``, torch's ``_parse_to``, with the emulated GPU in it: an
+    emulated tensor's device is its ``cuda:N`` (C++ would read its ``meta``), and a device
+    given as an int is a CUDA device, as on a machine with a GPU (a CPU build refuses it:
+    "Cannot access accelerator device when none is available")."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    pos, kw = list(args), dict(kwargs)
+    other = None
     if pos and isinstance(pos[0], torch.Tensor):
-        other = pos.pop(0)
-        device, dtype = device_of(other), other.dtype
-    elif pos and isinstance(pos[0], (str, int, torch.device)) and not isinstance(pos[0], bool):
-        device = pos.pop(0)
-    if pos and isinstance(pos[0], torch.dtype):
-        dtype = pos.pop(0)
-    if len(pos) >= 2:  # non_blocking, copy
-        copy = bool(pos[1])
-    return device, dtype, copy
+        other = pos[0]
+        pos[0] = inner_of(other)
+    elif isinstance(kw.get("tensor"), torch.Tensor):
+        other = kw["tensor"]
+        kw["tensor"] = inner_of(other)
+    elif pos and _is_index(pos[0]):
+        pos[0] = torch.device("cuda", pos[0])
+    elif _is_index(kw.get("device")):
+        kw["device"] = torch.device("cuda", kw["device"])
+    with torch._C.DisableTorchFunction():
+        device, dtype, non_blocking, fmt = parse(*pos, **kw)
+    if other is not None:
+        device = device_of(other)
+    return device, dtype, non_blocking, fmt
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def type_target(rest: Any, kwargs: dict[str, Any]) -> tuple[Optional[bool], Any]:
+    """What ``x.type(dst)`` asks for: (on CUDA?, dtype), read from the type itself (a legacy
+    tensor type, ``torch.cuda.FloatTensor`` or its name, knows its ``is_cuda`` and ``dtype``;
+    a ``torch.dtype`` keeps the device: ``(None, dtype)``). ``(None, None)``: no type given,
+    or one this does not read (a sparse type: torch's own ``type`` takes it)."""
+    dst = rest[0] if rest else kwargs.get("dtype")
+    if dst is None:
+        return None, None
+    if isinstance(dst, torch.dtype):
+        return None, dst
+    if isinstance(dst, str):
+        try:
+            dst = _import_dotted_name(dst)
+        except Exception:  # not a type's name: torch's own type() says so
+            return None, None
+    cuda, dtype, sparse = (getattr(dst, name, None) for name in ("is_cuda", "dtype", "is_sparse"))
+    if isinstance(cuda, bool) and isinstance(dtype, torch.dtype) and sparse is False:
+        return cuda, dtype
+    return None, None
 
 
 def leave(t: Any, value: Any = None) -> None:

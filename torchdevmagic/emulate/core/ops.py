@@ -291,12 +291,6 @@ def _deepcopy(func: Any, args: Any, kwargs: Any) -> Any:
     return new
 
 
-def _type(func: Any, args: Any, kwargs: Any) -> Any:
-    if len(args) == 1 and not kwargs:  # x.type(): the name of a CUDA tensor type
-        return args[0].__dict__["_inner"].type().replace("torch.", "torch.cuda.", 1)
-    return generic(func, args, kwargs)
-
-
 def _restride(func: Any, args: Any, kwargs: Any) -> Any:
     """In-place view ops (``t_``, ``unsqueeze_``...): on the CPU tensor, recorded by its
     autograd, then the wrapper takes the CPU tensor's new shape and strides."""
@@ -310,7 +304,7 @@ def _restride(func: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _placement(func: Any, args: Any, kwargs: Any) -> Any:
-    # .to()/.cuda()/.cpu() with the placement mode off (tensors kept after stop()).
+    # .to()/.cuda()/.cpu()/.type() with the placement mode off (tensors kept after stop()).
     return move_without_session(func, args, kwargs)
 
 
@@ -322,7 +316,7 @@ SPECIAL: dict[Any, Handler] = {
     **_hooks.HANDLERS,
     _T.data.__set__: _data_set,
     _T.__deepcopy__: _deepcopy,
-    _T.type: _type,
+    _T.type: _placement,
     _T.to: _placement,
     _T.cuda: _placement,
     _T.cpu: _placement,

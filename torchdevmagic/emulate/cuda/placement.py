@@ -9,7 +9,7 @@ came from.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 import torch.utils._device
@@ -20,10 +20,10 @@ from torchdevmagic.emulate.core import rnn as _rnn
 from torchdevmagic.emulate.core import sizes as _sizes
 from torchdevmagic.emulate.core.errors import EmulationUnsupported, released, unpinned
 from torchdevmagic.emulate.core.grads import relink, unlink
-from torchdevmagic.emulate.core.moves import parse_to, to_device
+from torchdevmagic.emulate.core.moves import parse_place, parse_to, to_device, type_target
 from torchdevmagic.emulate.core.ops import handle
 from torchdevmagic.emulate.core.sizes import refused
-from torchdevmagic.emulate.core.tensor import EmulatedTensor, inner_of, wrap
+from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, inner_of, wrap
 from torchdevmagic.emulate.cuda import pinned as _pinned
 from torchdevmagic.emulate.cuda.devices import Devices
 
@@ -43,10 +43,15 @@ class PlacementMode(TorchFunctionMode):
     def __init__(self, devices: Devices) -> None:
         super().__init__()
         self.devices = devices
+        # torch.set_default_tensor_type(a CUDA type): factories without a device go to the GPU
+        self.default_cuda = False
         self.handlers: dict[Any, Callable[..., Any]] = {
             torch.Tensor.to: self._to,
             torch.Tensor.cuda: self._cuda,
             torch.Tensor.cpu: self._cpu,
+            torch.Tensor.type: self._type,
+            # nn.Module.to reads its arguments with it: a keyword device is no factory's
+            torch._C._nn._parse_to: parse_place,
             torch.Tensor.pin_memory: _pinned.pin_memory,
             torch.Tensor.is_pinned: _pinned.is_pinned,
         }
@@ -63,10 +68,17 @@ class PlacementMode(TorchFunctionMode):
             if handler is not None:
                 return handler(func, args, kwargs)
             device = kwargs.get("device")
-            if device is None and _default.CURRENT_DEVICE is not None and func in _constructors():
+            if (
+                device is None
+                and (_default.CURRENT_DEVICE is not None or self.default_cuda)
+                and func in _constructors()
+            ):
                 # torch.set_default_device("cuda"): its mode sits below ours, so the device
-                # it fills in would reach C++ without us; fill it in here.
+                # it fills in would reach C++ without us; fill it in here. A default tensor
+                # type of CUDA's (cuda/legacy) means the current GPU, unless a default
+                # device says otherwise.
                 device = _default.CURRENT_DEVICE
+                device = "cuda" if device is None else device
             if device is not None:
                 target = self.devices.resolve(device)
                 if target is not None:
@@ -109,14 +121,14 @@ class PlacementMode(TorchFunctionMode):
     def _to(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         x = args[0]
-        device, dtype, copy = parse_to(args[1:], kwargs)
-        target = self.devices.resolve(device)
-        if target is None and device is not None and torch.device(device).type == "cpu":
+        move = parse_to(args[1:], kwargs)
+        target = self.devices.resolve(move.device)
+        if target is None and move.device is not None and move.device.type == "cpu":
             target = _CPU
         if target is None or (target.type == "cpu" and type(x) is not EmulatedTensor):
             return func(*args, **kwargs)
-        out = to_device(x, target, dtype, copy)
-        if target.type == "cpu" and _non_blocking(args[1:], kwargs):
+        out = to_device(x, target, move.dtype, move.copy, move.memory_format)
+        if target.type == "cpu" and move.non_blocking:
             _pinned.mark(out)  # _to_copy's pin_out: a non-blocking copy from the GPU
         return out
 
@@ -127,11 +139,46 @@ class PlacementMode(TorchFunctionMode):
         target = self.devices.resolve(self.devices.current if device is None else device)
         if target is None:  # .cuda("cpu") and the like: CUDA would refuse them too
             raise RuntimeError("Invalid device, must be cuda device")  # THPVariable_cuda's
-        return to_device(x, target)
+        return to_device(x, target, memory_format=kwargs.get("memory_format"))
 
     def _cpu(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
-        return to_device(args[0], _CPU)
+        return to_device(args[0], _CPU, memory_format=kwargs.get("memory_format"))
+
+    def _type(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``x.type(torch.cuda.FloatTensor)``, a type's name, or a dtype: as C++'s
+        ``THPVariable_type``, a type of another device type moves the tensor to that type's
+        current device, one of the same device type keeps its device."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        x = args[0]
+        cuda, dtype = type_target(args[1:], kwargs)
+        if cuda is None and (dtype is None or type(x) is not EmulatedTensor):
+            return func(*args, **kwargs)  # x.type(), a plain tensor's dtype, torch's own
+        source = device_of(x)
+        target: Optional[torch.device] = source
+        if cuda is not None and cuda != (source.type == "cuda"):
+            target = self.devices.resolve("cuda") if cuda else _CPU
+        assert target is not None
+        return to_device(x, target, dtype)
+
+
+def range_standin(original: Callable[..., Any], devices: Devices) -> Callable[..., Any]:
+    """``torch.range`` while emulating: its C++ binding asks no torch function mode, so its
+    ``device="cuda"`` would reach the CPU build; made on the CPU and wrapped, as a factory.
+    Without a device it stays on the CPU, as on a GPU (a default device does not reach it)."""
+
+    def range(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        target = devices.resolve(kwargs.get("device"))
+        if target is None:
+            return original(*args, **kwargs)
+        grad = bool(kwargs.pop("requires_grad", False))
+        out = original(*args, **{**kwargs, "device": _CPU})
+        result = wrap(out, target)
+        return result.requires_grad_(True) if grad else result
+
+    range.__doc__ = original.__doc__
+    return range
 
 
 def _device_constructor(func: Any, args: Any, kwargs: Any) -> Any:
@@ -139,15 +186,6 @@ def _device_constructor(func: Any, args: Any, kwargs: Any) -> Any:
     if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
         return func("cuda", args[0])
     return func(*args, **kwargs)
-
-
-def _non_blocking(rest: Any, kwargs: dict[str, Any]) -> bool:
-    """A ``Tensor.to`` call's ``non_blocking``: a keyword, or the positional after the
-    device (or tensor) and dtype (``to(device, dtype, non_blocking, copy)``)."""
-    if "non_blocking" in kwargs:
-        return bool(kwargs["non_blocking"])
-    pos = [a for a in rest if not isinstance(a, (str, torch.device, torch.dtype, torch.Tensor))]
-    return bool(pos[0]) if pos and isinstance(pos[0], bool) else False
 
 
 def swap_standin(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:

@@ -23,6 +23,7 @@ from torchdevmagic.emulate.core import serialize as _serialize
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
 from torchdevmagic.emulate.cuda import distributed as _distributed_emulation
+from torchdevmagic.emulate.cuda import legacy as _legacy
 from torchdevmagic.emulate.cuda import loader as _loader
 from torchdevmagic.emulate.cuda import parallel as _parallel
 from torchdevmagic.emulate.cuda import patches as _patches
@@ -30,7 +31,7 @@ from torchdevmagic.emulate.cuda import pinned as _pinned
 from torchdevmagic.emulate.cuda.autocast import Regions
 from torchdevmagic.emulate.cuda.devices import Devices
 from torchdevmagic.emulate.cuda.memory import Ledger
-from torchdevmagic.emulate.cuda.placement import PlacementMode, swap_standin
+from torchdevmagic.emulate.cuda.placement import PlacementMode, range_standin, swap_standin
 from torchdevmagic.emulate.cuda.standins import MEMORY_NAMES, CudaStandIns
 from torchdevmagic.emulate.fronts import children as _children
 from torchdevmagic.emulate.fronts.leaving import left_behind, to_cpu
@@ -229,6 +230,7 @@ def _apply(session: Session) -> None:
             if hasattr(accelerator, name):
                 p.set(accelerator, name, value)
     p.set(torch.backends.cuda, "is_built", lambda: True)
+    _placements(p, session)
     # cuDNN is not emulated: RNNs take their native path (a CUDA build would otherwise try
     # cudnn's weight flattening on the emulated tensors).
     from torch.backends import cudnn
@@ -296,6 +298,16 @@ def _distributed(p: _patches.Patcher, mode: PlacementMode) -> None:
     mode.handlers.update(_distributed_emulation.torch_function_handlers())
     if not hasattr(torch._C, "_nccl_version"):  # a build without NCCL
         p.set(torch.cuda.nccl, "version", _distributed_emulation.nccl_version)
+
+
+def _placements(p: _patches.Patcher, session: Session) -> None:
+    """The ways onto a GPU that the placement mode does not see: torch.cuda.FloatTensor and
+    its kin, a default tensor type of theirs (cuda/legacy), torch.range's binding."""
+    for name, value in _legacy.stand_ins(session.devices).items():
+        p.set(torch.cuda, name, value)
+    default_type = _legacy.default_type_standin(torch.set_default_tensor_type, session.mode)
+    p.set(torch, "set_default_tensor_type", default_type)
+    p.set(torch, "range", range_standin(torch.range, session.devices))
 
 
 def _clear_hooks() -> None:
