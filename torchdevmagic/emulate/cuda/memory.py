@@ -50,15 +50,53 @@ _INDEX_BITS = 16
 _INDEX_MASK = (1 << _INDEX_BITS) - 1
 
 
-def _gone(ref: Any) -> None:
+# A storage's death is noted by its weak reference's callback, which is ``_DEAD.append``: C,
+# so no Python code of ours runs inside the garbage collector's callback, where a Ctrl-C
+# (KeyboardInterrupt) would be printed as "Exception ignored" and lost, and the count left
+# half updated for good. The dead are taken off the count before the count is read
+# (``settle``); a Ctrl-C landing there propagates to the caller as any other, and marks the
+# count stale, so the next reading counts the live storages again.
+_DEAD: list[Any] = []
+_gone = _DEAD.append
+_STALE = [False]
+
+
+def settle() -> None:
+    """Take the storages that died off the count (all of it again after an interruption)."""
+    stale = _STALE
+    if stale[0]:
+        _recount()
+    dead = _DEAD
+    while dead:
+        stale[0] = True
+        _take(dead.pop())
+        stale[0] = False
+
+
+def _take(ref: Any) -> None:
     packed = _REFS.pop(ref, None)
     if packed is not None:
         _BYTES[packed & _INDEX_MASK] -= packed >> _INDEX_BITS
 
 
+def _recount() -> None:
+    totals = [0] * len(_BYTES)
+    for ref, packed in list(_REFS.items()):
+        if ref() is None:
+            _REFS.pop(ref, None)
+        else:
+            totals[packed & _INDEX_MASK] += packed >> _INDEX_BITS
+    _DEAD.clear()
+    _BYTES[:] = totals
+    _STALE[0] = False
+
+
 def forget(storage: Any) -> None:
     """``storage`` left the emulated GPU (its tensor is a CPU tensor now): out of the count."""
-    _gone(weakref.ref(storage))
+    settle()
+    _STALE[0] = True
+    _take(weakref.ref(storage))
+    _STALE[0] = False
 
 
 class Ledger:
@@ -66,6 +104,7 @@ class Ledger:
 
     def __init__(self, count: int, capacity: int) -> None:
         self.capacity = capacity
+        settle()
         _BYTES.extend([0] * (count - len(_BYTES)))
         self.bound = _BYTES  # bytes of the registered storages (gradients come on top)
         self.peak = _BYTES[:count]
@@ -76,6 +115,7 @@ class Ledger:
     def exact(self, pending: Any = None) -> list[int]:
         """Bytes on each device now, gradients included (but the storage ``pending``: the
         one about to be registered, which its caller counts)."""
+        settle()
         seen: set[int] = set()  # the gradients' storages counted so far
         totals = self.bound[: len(self.peak)]
         for obj in gc.get_objects():
@@ -116,6 +156,8 @@ class Ledger:
         nbytes = storage.nbytes()
         self.used = True
         self.made += 1
+        if _DEAD or _STALE[0]:
+            settle()
         bound = _BYTES
         if bound[index] + nbytes > self.capacity:
             error = self.refusal(device, nbytes, storage)
@@ -132,6 +174,8 @@ class Ledger:
         """Before ``nbytes`` are allocated on ``device``: fail as CUDA would if they do not
         fit. A GPU refuses before anything is allocated."""
         __tracebackhide__ = True  # IPython and pytest show the caller
+        if _DEAD or _STALE[0]:
+            settle()
         if _BYTES[device.index or 0] + nbytes > self.capacity:
             error = self.refusal(device, nbytes)
             if error is not None:
@@ -139,6 +183,7 @@ class Ledger:
 
     def room(self, device: torch.device) -> int:
         """Bytes free on ``device`` by the registered storages' count (gradients aside)."""
+        settle()
         return self.capacity - _BYTES[device.index or 0]
 
     def refusal(self, device: torch.device, nbytes: int, pending: Any = None) -> Any:

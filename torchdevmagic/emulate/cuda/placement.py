@@ -9,6 +9,7 @@ came from.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Optional
 
 import torch
@@ -45,6 +46,8 @@ class PlacementMode(TorchFunctionMode):
         self.devices = devices
         # torch.set_default_tensor_type(a CUDA type): factories without a device go to the GPU
         self.default_cuda = False
+        self.owner: Optional[int] = None  # the thread whose mode stack holds it
+        self.retired = False  # stopped from another thread: a pass-through (leave())
         self.handlers: dict[Any, Callable[..., Any]] = {
             torch.Tensor.to: self._to,
             torch.Tensor.cuda: self._cuda,
@@ -62,6 +65,8 @@ class PlacementMode(TorchFunctionMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
+        if self.retired:  # stopped from another thread: torch's own call, as without us
+            return func(*args, **(kwargs or {}))
         try:
             kwargs = kwargs or {}
             handler = self.handlers.get(func)
@@ -179,6 +184,51 @@ def range_standin(original: Callable[..., Any], devices: Devices) -> Callable[..
 
     range.__doc__ = original.__doc__
     return range
+
+
+def enter(mode: PlacementMode) -> None:
+    """Push ``mode`` on this thread's torch function mode stack (over what is there), first
+    dropping modes of earlier sessions that were stopped from another thread."""
+    purge()
+    mode.__enter__()
+    mode.owner = threading.get_ident()
+
+
+def leave(mode: PlacementMode) -> None:
+    """Take ``mode`` off the stack, and only it: a user's modes pushed over it since (stop()
+    under a ``with MyMode():``) stay, in their order. Torch's own ``__exit__`` pops whatever
+    is on top. Stopped from another thread, whose stack does not hold it (mode stacks are per
+    thread), it becomes a pass-through where it is, and leaves that stack at the next
+    ``start()`` or ``stop()`` run there."""
+    if getattr(mode, "owner", None) == threading.get_ident() and _remove(mode):
+        return
+    mode.retired = True
+
+
+def _stack() -> list[Any]:
+    return [torch._C._get_function_stack_at(i) for i in range(_function_modes())]
+
+
+def _remove(mode: Any) -> bool:
+    """Pop the stack down to ``mode`` and push the rest back, in order."""
+    if not any(m is mode for m in _stack()):
+        return False
+    above = []
+    while True:
+        top = torch._C._pop_torch_function_stack()
+        if top is mode:
+            break
+        above.append(top)
+    for m in reversed(above):
+        torch._C._push_on_torch_function_stack(m)
+    return True
+
+
+def purge() -> None:
+    """Drop, from this thread's stack, the modes of sessions stopped from another thread."""
+    for m in _stack():
+        if type(m) is PlacementMode and getattr(m, "retired", False):
+            _remove(m)
 
 
 def _device_constructor(func: Any, args: Any, kwargs: Any) -> Any:

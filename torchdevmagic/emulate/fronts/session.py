@@ -28,6 +28,7 @@ from torchdevmagic.emulate.cuda import loader as _loader
 from torchdevmagic.emulate.cuda import parallel as _parallel
 from torchdevmagic.emulate.cuda import patches as _patches
 from torchdevmagic.emulate.cuda import pinned as _pinned
+from torchdevmagic.emulate.cuda import placement as _placement
 from torchdevmagic.emulate.cuda.autocast import Regions
 from torchdevmagic.emulate.cuda.devices import Devices
 from torchdevmagic.emulate.cuda.memory import Ledger
@@ -111,8 +112,8 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
     try:
         _apply(session)
         _environment(session.patcher, _children.encode(devices, memory))
-        session.mode.__enter__()
-        session.patcher.call(lambda: session.mode.__exit__(None, None, None))
+        _placement.enter(session.mode)
+        session.patcher.call(lambda: _placement.leave(session.mode))
     except BaseException:
         session.patcher.undo()
         raise
@@ -167,8 +168,11 @@ def end() -> bool:
     """Turn the emulated GPU off and put every patched attribute back; whether it was on."""
     global _ACTIVE
     session, _ACTIVE = _ACTIVE, None
-    if session is not None:
-        session.patcher.undo()
+    try:
+        if session is not None:
+            session.patcher.undo()
+    finally:
+        _placement.purge()  # modes of sessions stopped from another thread, on this one
     return session is not None
 
 
