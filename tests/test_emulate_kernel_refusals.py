@@ -314,13 +314,8 @@ def test_cublas_workspace_requirement(deterministic: Any, monkeypatch: pytest.Mo
             with pytest.raises(RuntimeError) as info:
                 call()
             assert str(info.value) == text
-        assert (
-            torch.ones(2, 2, dtype=torch.long, device="cuda")
-            .mm(torch.ones(2, 2, dtype=torch.long, device="cuda"))
-            .sum()
-            .item()
-            == 8
-        )  # no cuBLAS for integers
+        with pytest.raises(NotImplementedError, match="addmm_cuda"):  # no cuBLAS: dtype first
+            _long(2, 2).mm(_long(2, 2))
         for config in (":4096:8", ":16:8"):
             monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", config)
             assert (a @ a).shape == (3, 3)
@@ -329,3 +324,59 @@ def test_cublas_workspace_requirement(deterministic: Any, monkeypatch: pytest.Mo
         with pytest.warns(UserWarning) as caught:
             a @ a
         assert text in [str(w.message) for w in caught]
+
+
+# -- dtype coverage a CUDA kernel lacks ---------------------------------------------------------
+def _long(*shape: int) -> Any:
+    return torch.ones(*shape, dtype=torch.long, device="cuda")
+
+
+# Integer matrix products: the CPU computes them, CUDA's kernels dispatch floating types only
+# (aten/src/ATen/native/cuda/Blas.cpp; archon159/SELOR#8).
+INTEGER_PRODUCTS: list[tuple[str, Callable[[], Any], str]] = [
+    ("mm", lambda: _long(2, 3).mm(_long(3, 2)), "\"addmm_cuda\" not implemented for 'Long'"),
+    ("x @ W", lambda: _long(2, 3) @ _long(3, 2), "\"addmm_cuda\" not implemented for 'Long'"),
+    (
+        "linear",
+        lambda: F.linear(_long(2, 3), _long(4, 3)),
+        "\"addmm_cuda\" not implemented for 'Long'",
+    ),
+    (
+        "bmm",
+        lambda: torch.bmm(_long(2, 2, 3), _long(2, 3, 2)),
+        "\"baddbmm_cuda\" not implemented for 'Long'",
+    ),
+    (
+        "batched @",
+        lambda: _long(2, 2, 3) @ _long(2, 3, 2),
+        "\"baddbmm_cuda\" not implemented for 'Long'",
+    ),
+    ("mv", lambda: _long(2, 3).mv(_long(3)), "\"addmv_impl_cuda\" not implemented for 'Long'"),
+    (
+        "matrix @ vector",
+        lambda: _long(2, 3) @ _long(3),
+        "\"addmv_impl_cuda\" not implemented for 'Long'",
+    ),
+    (
+        "int32",
+        lambda: _long(2, 2).int() @ _long(2, 2).int(),
+        "\"addmm_cuda\" not implemented for 'Int'",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,call,text", INTEGER_PRODUCTS, ids=[p[0] for p in INTEGER_PRODUCTS])
+def test_an_integer_matrix_product_is_refused_as_cuda_refuses_it(
+    name: str, call: Callable[[], Any], text: str
+) -> None:
+    with emulate_cuda(), pytest.raises(NotImplementedError) as info:
+        call()
+    assert str(info.value) == text
+
+
+def test_products_cuda_computes_still_run() -> None:
+    with emulate_cuda():
+        assert (_long(2, 3).float() @ _long(3, 2).float()).sum().item() == 12.0
+        assert (torch.ones(0, 3, dtype=torch.long, device="cuda") @ _long(3, 2)).shape == (0, 2)
+        with pytest.raises(RuntimeError, match="same dtype"):  # the mix is refused first
+            torch.nn.Linear(3, 2).cuda()(_long(2, 3))

@@ -20,10 +20,17 @@ Under ``torch.use_deterministic_algorithms(True)``:
   CUDA build of torch 2.13 has them. Their words are torch's own: the CPU's alert
   (``put_`` with ``accumulate=False``, which alerts on the CPU too) is raised once and its
   caller replaced. ``warn_only=True`` warns instead, as torch does.
-- cuBLAS's workspace requirement (``alertCuBLASConfigNotDeterministic``): matrix products
+- cuBLAS's workspace requirement (``alertCuBLASConfigNotDeterministic``): ``mm``, ``addmm``,
+  ``bmm``, ``baddbmm``, ``mv``, ``addmv``, ``matmul``/``@`` and ``linear`` on floating tensors
   without ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` or ``:16:8`` in the environment, on the
   versions of torch whose documentation still asks for it (later releases dropped the check,
   pytorch#161749; 2.13 has none).
+
+Always: dtype coverage a CUDA kernel lacks and the CPU kernel has. A small table, not a
+survey: the matrix products (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``mv``, ``addmv``,
+``matmul``/``@``, ``linear``) of integer or bool tensors, which CUDA's kernels refuse with
+AT_DISPATCH's ``NotImplementedError`` ("addmm_cuda" not implemented for 'Long') and the CPU's
+compute. Other kernels' dtype gaps are not in it.
 
 Not here: the alerts a CPU kernel makes too (``put_`` with ``accumulate=False``, the
 ``MaxUnpool`` layers), which the CPU kernel raises itself; ops whose CUDA kernel has a
@@ -41,6 +48,8 @@ import warnings
 from typing import Any, Callable, Optional
 
 import torch
+
+from torchdevmagic.emulate.core.rules import SCALAR_NAMES
 
 Rule = Callable[[Any, Any], Optional[Callable[[Any], None]]]
 _T = torch.Tensor
@@ -141,12 +150,71 @@ def _cublas(args: Any, kwargs: Any) -> None:
         return
     if os.environ.get("CUBLAS_WORKSPACE_CONFIG") in _CUBLAS_CONFIGS:
         return
-    if not any(isinstance(a, _T) and (a.is_floating_point() or a.is_complex()) for a in args):
-        return  # integer products do not reach cuBLAS
     if _warn_only():
         warnings.warn(cublas_text(), UserWarning, stacklevel=_stacklevel())
         return
     raise RuntimeError(cublas_text())
+
+
+# -- dtype coverage a CUDA kernel lacks -------------------------------------------------------
+# The matrix products' CUDA kernels dispatch floating and complex types only
+# (AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES_AND2(Half, BFloat16, ...) in
+# aten/src/ATen/native/cuda/Blas.cpp: "addmm_cuda" for mm/addmm, "baddbmm_cuda" for
+# bmm/baddbmm, "addmv_impl_cuda" for mv/addmv); the CPU's take every integer type. Reports:
+# archon159/SELOR#8 ('"addmm_cuda" not implemented for 'Long''), elixir-nx/nx#1009.
+_KERNEL = {
+    "mm": "addmm_cuda",
+    "addmm": "addmm_cuda",
+    "linear": "addmm_cuda",  # addmm, or matmul of a 2-D weight: mm
+    "bmm": "baddbmm_cuda",
+    "baddbmm": "baddbmm_cuda",
+    "mv": "addmv_impl_cuda",
+    "addmv": "addmv_impl_cuda",
+}
+_INPUTS = {"addmm": (1, 2), "baddbmm": (1, 2), "addmv": (1, 2)}  # the product's operands
+
+
+def dispatch_error(name: str, dtype: Any) -> NotImplementedError:
+    """AT_DISPATCH's refusal of a dtype (TORCH_CHECK_NOT_IMPLEMENTED, c10's type name)."""
+    return NotImplementedError(f"\"{name}\" not implemented for '{SCALAR_NAMES[dtype]}'")
+
+
+def _matmul_kernel(a: Any, b: Any) -> Optional[str]:
+    """The CUDA kernel torch.matmul reaches for operands of these dimensions."""
+    da, db = a.dim(), b.dim()
+    if da == 1 and db == 1:
+        return None  # dot: not in this table
+    if db == 1:
+        return "addmv_impl_cuda"  # mv, after folding the batch dimensions
+    if db == 2:
+        return "addmm_cuda"  # mm, after unsqueezing or folding
+    return "baddbmm_cuda"  # bmm
+
+
+def _product(name: str) -> Rule:
+    def rule(args: Any, kwargs: Any) -> None:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        first, second = _INPUTS.get(name, (0, 1))
+        if name == "__rmatmul__":
+            first, second = 1, 0
+        if len(args) <= max(first, second):
+            return
+        a, b = args[first], args[second]
+        if not (isinstance(a, _T) and isinstance(b, _T)):
+            return
+        dtype = a.dtype
+        if dtype.is_floating_point or dtype.is_complex:
+            _cublas(args, kwargs)
+            return
+        if dtype not in SCALAR_NAMES or a.numel() == 0 or b.numel() == 0:
+            return  # an empty product returns before the kernel's dispatch
+        if any(isinstance(t, _T) and t.dtype != dtype for t in (*args, *kwargs.values())):
+            return  # a mix of dtypes: both kernels refuse it first, with the same words
+        kernel = _KERNEL.get(name) or _matmul_kernel(a, b)
+        if kernel is not None:
+            raise dispatch_error(kernel, dtype)
+
+    return rule
 
 
 # -- forward refusals -------------------------------------------------------------------------
@@ -320,26 +388,13 @@ def _build() -> dict[Any, Rule]:
     if NODES:
         for f in _functions(backward, torch, _F, _nn):
             table.setdefault(f, _backward)
-    # Products reach cuBLAS: the rule reads CUBLAS_CHECKED when called (a test sets it).
-    products = (
-        "mm",
-        "addmm",
-        "bmm",
-        "baddbmm",
-        "addbmm",
-        "mv",
-        "addmv",
-        "matmul",
-        "__matmul__",
-        "__rmatmul__",
-        "linear",
-        "bilinear",
-        "einsum",
-        "tensordot",
-        "chain_matmul",
-    )
-    for f in [*_functions(products, torch, _T, _F), torch.linalg.multi_dot]:
-        table.setdefault(f, _cublas)
+    # Matrix products: integer dtypes CUDA's kernels lack; cuBLAS's workspace check (the rule
+    # reads CUBLAS_CHECKED when called: a test sets it).
+    for name in ("mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "matmul", "linear"):
+        for f in _functions((name,), torch, _T, _F):
+            table[f] = _product(name)
+    table[_T.__matmul__] = _product("matmul")
+    table[_T.__rmatmul__] = _product("__rmatmul__")
     return table
 
 

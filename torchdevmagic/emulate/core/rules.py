@@ -75,7 +75,7 @@ def iterator_error(common: torch.device, other: torch.device) -> str:
 
 
 # c10's ScalarType names, as TORCH_CHECK prints a dtype.
-_SCALAR_NAMES = {
+SCALAR_NAMES = {
     torch.int64: "Long",
     torch.int32: "Int",
     torch.int16: "Short",
@@ -92,7 +92,7 @@ _SCALAR_NAMES = {
 def not_a_cpu_long(t: Any) -> RuntimeError:
     """checkLongTensor's refusal (aten/src/ATen/native/PackedSequence.cpp): the same words
     for ``pack_padded_sequence``'s lengths and ``pad_packed_sequence``'s batch sizes."""
-    dtype = _SCALAR_NAMES.get(t.dtype, str(t.dtype))
+    dtype = SCALAR_NAMES.get(t.dtype, str(t.dtype))
     return RuntimeError(
         f"'lengths' argument should be a 1D CPU int64 tensor, but got {t.dim()}D {t.device} "
         f"{dtype} tensor"
