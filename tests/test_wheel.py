@@ -148,6 +148,7 @@ def test_wheel_installs_beside_torch_without_touching_it(wheel: Path, venv: Path
     assert added == {"torchdevmagic", f"{NAME_VERSION}.dist-info", "torchdevmagic-emulate.pth"}
 
 
+@pytest.mark.emulate
 def test_installed_wheel_emulates_in_a_child_started_with_the_variable(
     wheel: Path, venv: Path
 ) -> None:
