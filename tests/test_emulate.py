@@ -51,6 +51,7 @@ def _touched_modules() -> list[Any]:
         torch.utils,
         torch.utils._foreach_utils,
         torch._C,
+        torch._C._functions,
     ]
     for name in ("accelerator", "distributed"):
         if hasattr(torch, name):

@@ -117,6 +117,7 @@ OBJECTS = {
     "torch.nn.Module": torch.nn.Module, "torch.nn.Parameter": torch.nn.Parameter,
     "torch.autograd.Function": torch.autograd.Function, "torch._C": torch._C,
     "torch._C._autograd": torch._C._autograd, "torch._utils": torch._utils,
+    "torch._C._functions": torch._C._functions,
     "torch.utils": torch.utils, "autocast": torch.amp.autocast_mode.autocast,
     "torch.serialization": torch.serialization, "torch.distributed": torch.distributed,
     "comm": torch.nn.parallel.comm, "functions": torch.nn.parallel._functions,

@@ -15,6 +15,7 @@ import torch
 
 from torchdevmagic.emulate.core import autocast as _autocast
 from torchdevmagic.emulate.core import autograd_function as _autograd
+from torchdevmagic.emulate.core import cpp_functions as _cpp_functions
 from torchdevmagic.emulate.core import dispatch as _dispatch
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
@@ -260,12 +261,7 @@ def _apply(session: Session) -> None:
     p.set(_hooks, "mode", session.mode)  # hooks the autograd engine calls run in it
     _grads.unpark()  # links to emulated tensors' CPU leaves hold them weakly while it runs
     p.call(_grads.park)
-    # A user's autograd Function records its node in the CPU graph of emulated tensors.
-    function = torch.autograd.Function
-    p.set(function, "apply", _autograd.apply_standin(function.__dict__["apply"].__func__))
-    autograd = torch._C._autograd
-    push = autograd._push_saved_tensors_default_hooks
-    p.set(autograd, "_push_saved_tensors_default_hooks", _hooks.saved_tensors_standin(push))
+    _autograd_functions(p)
     _serialization(p, session.count)
     _collectives(p, session.cuda.Stream)
     p.set(torch, "compile", _patches.compile_standin(torch.compile))
@@ -312,6 +308,18 @@ def _placements(p: _patches.Patcher, session: Session) -> None:
     default_type = _legacy.default_type_standin(torch.set_default_tensor_type, session.mode)
     p.set(torch, "set_default_tensor_type", default_type)
     p.set(torch, "range", range_standin(torch.range, session.devices))
+
+
+def _autograd_functions(p: _patches.Patcher) -> None:
+    # A user's autograd Function records its node in the CPU graph of emulated tensors.
+    function = torch.autograd.Function
+    p.set(function, "apply", _autograd.apply_standin(function.__dict__["apply"].__func__))
+    # So do torch's own C++ autograd functions applied from Python (gradcheck's UndefinedGrad).
+    for name, standin in _cpp_functions.standins().items():
+        p.set(torch._C._functions, name, standin)
+    autograd = torch._C._autograd
+    push = autograd._push_saved_tensors_default_hooks
+    p.set(autograd, "_push_saved_tensors_default_hooks", _hooks.saved_tensors_standin(push))
 
 
 def _clear_hooks() -> None:
