@@ -72,3 +72,47 @@ def all_reduce_then_all_on_gpu_0(rank: int) -> str:
     except Exception as exc:
         lines.append(f"{type(exc).__name__}: {exc}")
     return "\n".join(lines)
+
+
+def ddp_no_sync_and_unused(rank: int) -> str:
+    """DDP's ``no_sync()``, ``find_unused_parameters`` and its own error for unused
+    parameters, on two ranks: one ``name=value`` line per check."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl")
+    lines = []
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1, bias=False).cuda()
+    ddp = DDP(model, device_ids=[rank])
+    x = torch.full((1, 3), float(rank + 1), device="cuda")  # d(sum)/dw = x
+    with ddp.no_sync():
+        ddp(x).sum().backward()
+    lines.append(f"no_sync={model.weight.grad.tolist()}")  # this rank's own: [[r+1]*3]
+    ddp(x).sum().backward()  # accumulated, then averaged over both ranks
+    lines.append(f"synced={model.weight.grad.tolist()}")
+
+    class Branches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used = nn.Linear(2, 1)
+            self.unused = nn.Linear(2, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    found = DDP(Branches().cuda(), device_ids=[rank], find_unused_parameters=True)
+    for _ in range(2):
+        found(torch.ones(1, 2, device="cuda")).sum().backward()
+    lines.append(f"find_unused={found.module.used.weight.grad.tolist()}")
+    strict = DDP(Branches().cuda(), device_ids=[rank])
+    try:
+        for _ in range(2):
+            strict(torch.ones(1, 2, device="cuda")).sum().backward()
+        lines.append("unused=no error")
+    except RuntimeError as exc:
+        lines.append(f"unused={str(exc).splitlines()[0]}")
+    return "\n".join(lines)

@@ -139,3 +139,49 @@ def group_standin(original: Callable[..., Any]) -> Callable[..., Any]:
         return out
 
     return _group_tensors_by_device_and_dtype
+
+
+def on_import(p: Patcher, name: str, apply: Callable[[Any], None]) -> None:
+    """``apply(module)`` to the module ``name`` now if imported, else right after its first
+    import while the patches hold (a finder on ``sys.meta_path``, removed by ``undo``): a
+    module too costly to import at every start (``torch.distributed.fsdp``) is patched only
+    by programs that use it."""
+    import sys
+
+    module = sys.modules.get(name)
+    if module is not None:
+        apply(module)
+        return
+    finder = _AfterImport(name, apply)
+    p.append(sys.meta_path, finder, index=0)
+
+
+class _AfterImport:
+    """A meta path finder that runs ``apply`` on one module once its code has run."""
+
+    def __init__(self, name: str, apply: Callable[[Any], None]) -> None:
+        self.name = name
+        self.apply = apply
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self.name:
+            return None
+        import importlib.abc
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        loader: Any = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        apply, run = self.apply, loader.exec_module
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                run(module)
+                apply(module)
+
+        spec.loader = _Loader()
+        return spec

@@ -23,6 +23,7 @@ from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import serialize as _serialize
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
+from torchdevmagic.emulate.cuda import ddp as _ddp
 from torchdevmagic.emulate.cuda import distributed as _distributed_emulation
 from torchdevmagic.emulate.cuda import legacy as _legacy
 from torchdevmagic.emulate.cuda import loader as _loader
@@ -296,6 +297,21 @@ def _distributed(p: _patches.Patcher, mode: PlacementMode) -> None:
     p.set(group, "barrier", nccl.barrier_standin(group.__dict__["barrier"]))
     p.set(_dispatch, "on_collective", nccl.check)
     mode.handlers.update(_distributed_emulation.torch_function_handlers())
+    # DistributedDataParallel: torch's reducer over the CPU tensors (cuda/ddp)
+    import torch.distributed as dist
+
+    verify = getattr(dist, "_verify_params_across_processes")  # noqa: B009 (not exported)
+    p.set(dist, "_verify_params_across_processes", _ddp.verify_params_standin(verify))
+    p.set(dist, "Reducer", _ddp.reducer_class(getattr(dist, "Reducer")))  # noqa: B009
+    for name in ("_register_comm_hook", "_register_builtin_comm_hook"):
+        p.set(dist, name, _ddp.comm_hook_standin(getattr(dist, name)))
+
+    def refuse_fsdp(module: Any) -> None:
+        for (owner, name), value in _ddp.fsdp_patches(module).items():
+            p.set(owner, name, value)
+
+    _patches.on_import(p, "torch.distributed.fsdp", refuse_fsdp)
+    _patches.on_import(p, "torch.distributed._composable.fsdp", refuse_fsdp)
     if not hasattr(torch._C, "_nccl_version"):  # a build without NCCL
         p.set(torch.cuda.nccl, "version", _distributed_emulation.nccl_version)
 
