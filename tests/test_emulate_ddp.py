@@ -163,3 +163,20 @@ def test_no_sync_find_unused_parameters_and_ddp_s_own_error() -> None:
         assert lines["unused"].startswith(
             "Expected to have finished reduction in the prior iteration before starting a new one"
         ), lines["unused"]
+
+
+@pytest.mark.slow
+def test_the_multigpu_page_s_example_runs(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "multigpu.md").read_text(encoding="utf-8")
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(code, encoding="utf-8")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "MASTER_PORT": str(free_port()),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
