@@ -47,7 +47,6 @@ class PlacementMode(TorchFunctionMode):
         # torch.set_default_tensor_type(a CUDA type): factories without a device go to the GPU
         self.default_cuda = False
         self.owner: Optional[int] = None  # the thread whose mode stack holds it
-        self.retired = False  # stopped from another thread: a pass-through (leave())
         self.handlers: dict[Any, Callable[..., Any]] = {
             torch.Tensor.to: self._to,
             torch.Tensor.cuda: self._cuda,
@@ -65,8 +64,6 @@ class PlacementMode(TorchFunctionMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
-        if self.retired:  # stopped from another thread: torch's own call, as without us
-            return func(*args, **(kwargs or {}))
         try:
             kwargs = kwargs or {}
             handler = self.handlers.get(func)
@@ -200,9 +197,9 @@ def leave(mode: PlacementMode) -> None:
     is on top. Stopped from another thread, whose stack does not hold it (mode stacks are per
     thread), it becomes a pass-through where it is, and leaves that stack at the next
     ``start()`` or ``stop()`` run there."""
-    if getattr(mode, "owner", None) == threading.get_ident() and _remove(mode):
+    if mode.owner == threading.get_ident() and _remove(mode):
         return
-    mode.retired = True
+    mode.__class__ = RetiredMode  # (no test of a flag on every torch call)
 
 
 def _stack() -> list[Any]:
@@ -224,10 +221,19 @@ def _remove(mode: Any) -> bool:
     return True
 
 
+class RetiredMode(PlacementMode):
+    """A placement mode whose session was stopped from another thread: torch's own calls."""
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
 def purge() -> None:
     """Drop, from this thread's stack, the modes of sessions stopped from another thread."""
     for m in _stack():
-        if type(m) is PlacementMode and getattr(m, "retired", False):
+        if type(m) is RetiredMode:
             _remove(m)
 
 
