@@ -118,6 +118,21 @@ def test_a_process_started_with_the_variable_emulates_at_torch_import(
     out = _run(child_python, code, tmp_path, **{VARIABLE: f"2:{1 << 30}"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:3] == ["True 2 cuda:1", str(1 << 30), "1"]
+    shell = """
+        from IPython.core.interactiveshell import InteractiveShell
+        shell = InteractiveShell.instance()
+        shell.run_line_magic("load_ext", "torchdevmagic")
+        shell.run_cell("import torch")
+        print(shell.run_line_magic("emulate_cuda", "status -o").devices)
+        shell.run_line_magic("emulate_cuda", "on --devices 3")
+        print(shell.run_line_magic("emulate_cuda", "status -o").devices)
+        """
+    # a kernel started by an emulating process (its notebook's %emulate_cuda on) takes over
+    out = _run(child_python, shell, tmp_path, **{VARIABLE: "2"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert (lines[0], lines[-1]) == ("2", "3"), out.stdout
+    assert lines[1].startswith("CUDA emulation is on: 3 emulated GPUs"), out.stdout
     bad = _run(
         child_python,
         "import torch; print(torch.cuda.is_available())",

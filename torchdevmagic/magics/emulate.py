@@ -135,7 +135,8 @@ class EmulateMagics(Magics):
         from torchdevmagic.emulate.fronts import session as _session
 
         running = _session.active()
-        if running is not None:
+        # (a session taken on at torch's import, from the parent's variable, gives way)
+        if running is not None and not running.inherited:
             raise UsageError(
                 f"CUDA emulation is already on ({running.count} GPU(s)): %emulate_cuda off first"
             )
