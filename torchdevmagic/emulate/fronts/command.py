@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 USAGE = (
-    "python -m torchdevmagic.emulate [--devices N] [--memory GiB] script.py [args] | notebook.ipynb"
+    "python -m torchdevmagic.emulate [--devices N] [--memory GiB] [--nproc-per-node N] "
+    "script.py [args] | notebook.ipynb"
 )
 # torch numbers CUDA devices with an 8-bit index: cuda:0 to cuda:127.
 MAX_DEVICES = 128
@@ -53,15 +54,32 @@ _PROBE = (
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m torchdevmagic.emulate", usage=USAGE)
-    parser.add_argument("--devices", type=int, default=1, help="emulated GPUs (default 1)")
+    parser.add_argument("--devices", type=int, default=None, help="emulated GPUs (default 1)")
     parser.add_argument("--memory", type=float, default=16.0, help="GiB per GPU (default 16)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per notebook cell")
+    parser.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        help="run a script in N processes as torchrun does (RANK, LOCAL_RANK, WORLD_SIZE...); "
+        "--devices defaults to N",
+    )
     # optional to argparse, so that its error does not call the script's arguments required
     parser.add_argument("target", nargs="?", help="a .py script or an .ipynb notebook")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     args = parser.parse_args(argv)
     if args.target is None:
         parser.error("give a script.py (and its arguments, if any) or a notebook.ipynb to run")
+    if args.nproc_per_node is not None:
+        if not 1 <= args.nproc_per_node <= MAX_DEVICES:
+            parser.error(
+                f"--nproc-per-node takes a whole number from 1 to {MAX_DEVICES}, "
+                f"not {args.nproc_per_node}"
+            )
+        if args.target.endswith(".ipynb"):
+            parser.error("--nproc-per-node runs a script, not a notebook")
+    if args.devices is None:
+        args.devices = args.nproc_per_node or 1
     if not 1 <= args.devices <= MAX_DEVICES:
         parser.error(devices_range(args.devices))
     if not MIN_GIB <= args.memory <= MAX_GIB:  # False for nan
@@ -73,6 +91,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
+    if args.nproc_per_node is not None:
+        from torchdevmagic.emulate.fronts.launch import launch
+
+        return launch(args.target, args.args, args.nproc_per_node, args.devices, args.memory)
     if args.target.endswith(".ipynb"):
         return run_notebook(Path(args.target), args.devices, args.memory, args.timeout)
     return run_script(args.target, args.args, args.devices, args.memory)
