@@ -21,6 +21,7 @@ from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import serialize as _serialize
+from torchdevmagic.emulate.core import torchscript as _torchscript
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
 from torchdevmagic.emulate.cuda import ddp as _ddp
@@ -333,6 +334,9 @@ def _autograd_functions(p: _patches.Patcher) -> None:
     # So do torch's own C++ autograd functions applied from Python (gradcheck's UndefinedGrad).
     for name, standin in _cpp_functions.standins().items():
         p.set(torch._C._functions, name, standin)
+    # Scripted functions run their Python original on emulated tensors (core/torchscript).
+    for (cls, name), call in _torchscript.standins().items():
+        p.set(cls, name, call)
     autograd = torch._C._autograd
     push = autograd._push_saved_tensors_default_hooks
     p.set(autograd, "_push_saved_tensors_default_hooks", _hooks.saved_tensors_standin(push))
