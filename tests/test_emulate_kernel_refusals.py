@@ -75,6 +75,8 @@ OUT_OF_RANGE: dict[str, Callable[[], Any]] = {
         torch.zeros(1, 3, 2, 2, device="cuda"),
         torch.full((1, 2, 2), 7, device="cuda"),
     ),
+    "one_hot": lambda: F.one_hot(_labels(), num_classes=3),
+    "one_hot negative": lambda: F.one_hot(torch.tensor([-1, 0], device="cuda"), num_classes=3),
     "binary_cross_entropy": lambda: F.binary_cross_entropy(
         torch.tensor([2.0], device="cuda"), torch.tensor([1.0], device="cuda")
     ),

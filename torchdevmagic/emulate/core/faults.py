@@ -2,8 +2,8 @@
 
 A CUDA kernel checks its indices on the GPU: an index out of range (advanced indexing,
 ``index_select``, ``gather``/``scatter``, ``embedding``, ``take``), a class id outside
-``[0, C)`` in ``nll_loss``/``cross_entropy``, a probability outside ``[0, 1]`` in
-``binary_cross_entropy`` trip ``CUDA_KERNEL_ASSERT``, and the host sees "CUDA error:
+``[0, C)`` in ``nll_loss``/``cross_entropy`` or ``one_hot``, a probability outside ``[0, 1]``
+in ``binary_cross_entropy`` trip ``CUDA_KERNEL_ASSERT``, and the host sees "CUDA error:
 device-side assert triggered" (``torch.AcceleratorError`` from 2.8, a ``RuntimeError``
 before), where the CPU kernel raises its own ``IndexError``/``RuntimeError``. The context is
 then unusable: every later CUDA call fails with the same error until the process restarts.
@@ -97,13 +97,15 @@ def clear() -> None:
 # The CPU kernels' words for the checks CUDA makes on the device (CUDA_KERNEL_ASSERT):
 # IndexKernel.cu / Indexing.cu (index, index_put, index_select, index_add/copy/fill, take),
 # ScatterGatherKernel.cu (gather, scatter), Loss.cu / NLLLoss2d.cu (`t >= 0 && t < n_classes`),
-# Loss.cu's binary_cross_entropy (`input_val >= zero && input_val <= one`).
+# Loss.cu's binary_cross_entropy (`input_val >= zero && input_val <= one`); one_hot, whose
+# host checks Onehot.cpp skips on CUDA ("rely on device asserts from scatter").
 _ASSERTED = re.compile(
     r"(?:\w+\(\): )?index -?\d+ is out of bounds for dimension \d+ with size \d+"
     r"|index out of range in self"
     r"|Target -?\d+ is out of bounds\."
     r"|out of range: tried to access index -?\d+ on a tensor of \d+ elements\."
     r"|all elements of (?:input|target) should be between 0 and 1"
+    r"|Class values must be (?:non-negative|smaller than num_classes)\."
 )
 _Tensor = torch.Tensor
 _BASIC_INDEXING = {_Tensor.__getitem__, _Tensor.__setitem__}
