@@ -7,9 +7,10 @@ formatted in between. Each must be either
 
 - a PyTorch message: it matches (all of it) an example, template or variant of the corpus of
   verbatim PyTorch messages (``tests/data/device_errors.jsonl``) or of the CUDA-side facts
-  gathered for the emulator (``tests/data/cuda_kernel_messages.jsonl``: each with the torch
-  source it comes from and where its words were read), or its literal parts are all in the
-  installed torch's own Python source; or
+  gathered for the emulator (``tests/data/torch_messages.jsonl``: PyTorch messages the corpus
+  lacks, each with the torch source it comes from and where its words were read; C++ builds
+  some from several literals, which the next check cannot see whole), or its literal parts
+  are all in the installed torch's own text (its Python source, its libraries' strings); or
 - the emulator's own, raised as ``EmulationUnsupported`` or ``UsageError`` (they name the
   emulator), or listed in ``OWN`` with why it is not a PyTorch message.
 
@@ -223,15 +224,15 @@ def test_each_message_is_pytorchs_or_the_emulators_own(message: Message) -> None
     if message.raised_as == "composed":  # built piece by piece: its value is checked below
         assert message.function in COMPOSED, f"{message.where}: add a test of its value"
         return
-    facts = _facts("device_errors.jsonl") + _facts("cuda_kernel_messages.jsonl")
+    facts = _facts("device_errors.jsonl") + _facts("torch_messages.jsonl")
     assert _in_corpus(message, facts) or _in_torch(message), (
         f"{message.where}: {message.text!r} ({message.raised_as}) is in neither the corpus "
-        "of PyTorch messages, tests/data/cuda_kernel_messages.jsonl, nor torch's own source"
+        "of PyTorch messages, tests/data/torch_messages.jsonl, nor torch's own source"
     )
 
 
 def test_the_kernel_facts_name_their_source() -> None:
-    with (DATA / "cuda_kernel_messages.jsonl").open(encoding="utf-8") as fh:
+    with (DATA / "torch_messages.jsonl").open(encoding="utf-8") as fh:
         entries = [json.loads(line) for line in fh if line.strip()]
     assert entries
     for entry in entries:
@@ -279,7 +280,7 @@ def test_a_message_typed_from_memory_is_caught() -> None:
         "Both events must be completed before computing elapsed time.",
         "CUDA error: device side assert triggered",
     ]
-    facts = _facts("device_errors.jsonl") + _facts("cuda_kernel_messages.jsonl")
+    facts = _facts("device_errors.jsonl") + _facts("torch_messages.jsonl")
     for text in typed:
         message = Message("typed", "RuntimeError", text)
         assert not _in_corpus(message, facts), text
