@@ -33,19 +33,6 @@ def _fake_cuda_works() -> bool:
         return False
 
 
-def _meta_index_checked() -> bool:
-    """Whether this torch rejects a cpu index into meta tensors, as it rejects one into cuda
-    tensors (2.1 lets it through on meta, so the meta stand-in scenario cannot fail)."""
-    try:
-        import torch
-
-        acc = torch.zeros(5, 3, device="meta")
-        acc.index_add_(0, torch.tensor([0, 2]), torch.ones(2, 3, device="meta"))
-    except Exception:
-        return True
-    return False
-
-
 def _module_to_swaps_parameters() -> bool:
     """Whether nn.Module.to() swaps parameters in place (torch.utils.swap_tensors, 2.3+): on
     older torch it makes new Parameters, so an optimizer built before .to("cuda") under
@@ -328,10 +315,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "fake_cuda": (
             _fake_cuda_works,
             f"torch {torch_version} cannot build a FakeTensor on cuda without a CUDA driver",
-        ),
-        "meta_index_check": (
-            _meta_index_checked,
-            f"torch {torch_version} does not reject a cpu index into meta tensors",
         ),
         "emulate_swap": (
             _module_to_swaps_parameters,

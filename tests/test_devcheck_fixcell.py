@@ -24,7 +24,7 @@ from torchdevmagic.diagnosis.apply import CellSource, apply_fix  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 SETUP = (
     "import torch, torch.nn as nn\n"
-    "DEVICE = torch.device('meta')\n"
+    "DEVICE = torch.device('cuda')\n"
     "model = nn.Linear(4, 2).to(DEVICE)"
 )
 
@@ -40,7 +40,10 @@ def fix_cell(shell: Any, capsys: Any) -> tuple[Any, str]:
 def fails(shell: Any, cell: str) -> None:
     err = shell.run_cell(cell, store_history=True).error_in_exec
     assert type(err) is RuntimeError, err
-    assert str(err) == "Tensor on device meta is not on the expected device cpu!"
+    assert str(err) == (
+        "Expected all tensors to be on the same device, but got mat1 is on cpu, different "
+        "from other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
+    )
 
 
 def runs(shell: Any, cell: str) -> None:
@@ -48,78 +51,80 @@ def runs(shell: Any, cell: str) -> None:
     assert result.error_in_exec is None, (cell, result.error_in_exec)
 
 
-def test_the_creating_line_is_rewritten_and_nothing_else(shell: Any, capsys: Any) -> None:
-    runs(shell, SETUP)
+def test_the_creating_line_is_rewritten_and_nothing_else(emu_shell: Any, capsys: Any) -> None:
+    runs(emu_shell, SETUP)
     cell = "%%devcheck\nx = torch.randn(3, 4)  # a batch\nfor i in range(2):\n    y = model(x)"
-    fails(shell, cell)
-    corrected, out = fix_cell(shell, capsys)
+    fails(emu_shell, cell)
+    corrected, out = fix_cell(emu_shell, capsys)
     assert corrected == (
         "%%devcheck\nx = torch.randn(3, 4, device=DEVICE)  # a batch\n"
         "for i in range(2):\n    y = model(x)"
     )
     assert out == "The corrected cell is the next input (line 2 replaced): run it.\n"
-    runs(shell, corrected)
-    assert shell.user_ns["y"].device.type == "meta"
+    runs(emu_shell, corrected)
+    assert emu_shell.user_ns["y"].device.type == "cuda"
 
 
-def test_a_fix_to_run_first_goes_at_the_top_of_the_cell(shell: Any, capsys: Any) -> None:
+def test_a_fix_to_run_first_goes_at_the_top_of_the_cell(emu_shell: Any, capsys: Any) -> None:
     # %devcheck on: the cell as typed comes from the history, line magic and all.
-    runs(shell, SETUP + "\nx = torch.randn(3, 4)")
-    shell.run_line_magic("devcheck", "on")
+    runs(emu_shell, SETUP + "\nx = torch.randn(3, 4)")
+    emu_shell.run_line_magic("devcheck", "on")
     cell = "%time z = 1\nfor i in range(2):\n    y = model(x)"
-    fails(shell, cell)
-    corrected, out = fix_cell(shell, capsys)
+    fails(emu_shell, cell)
+    corrected, out = fix_cell(emu_shell, capsys)
     assert corrected == "x = x.to(DEVICE)\n" + cell
     assert "(line 1 added)" in out
-    runs(shell, corrected)
+    runs(emu_shell, corrected)
     # After a %%devcheck line, not before it (a cell magic must stay first).
-    runs(shell, "x = torch.randn(3, 4)")
-    fails(shell, "%%devcheck\ny = model(x)")
-    corrected, _ = fix_cell(shell, capsys)
+    runs(emu_shell, "x = torch.randn(3, 4)")
+    fails(emu_shell, "%%devcheck\ny = model(x)")
+    corrected, _ = fix_cell(emu_shell, capsys)
     assert corrected == "%%devcheck\nx = x.to(DEVICE)\ny = model(x)"
-    runs(shell, corrected)
+    runs(emu_shell, corrected)
 
 
-def test_a_statement_over_several_lines_is_replaced_whole(shell: Any, capsys: Any) -> None:
-    runs(shell, SETUP)
+def test_a_statement_over_several_lines_is_replaced_whole(emu_shell: Any, capsys: Any) -> None:
+    runs(emu_shell, SETUP)
     cell = "%%devcheck\nif True:\n    w = torch.ones(\n        3, 4\n    )\n    y = model(w)"
-    fails(shell, cell)
+    fails(emu_shell, cell)
     # The user's layout stays: only ``, device=DEVICE`` is new. Before, the statement came back
     # on one line from ast.unparse, and the fix said "replaces line 3" of a 3-line statement.
-    d = shell.run_line_magic("devcheck", "-o")
+    d = emu_shell.run_line_magic("devcheck", "-o")
     assert d.fix == "w = torch.ones(\n    3, 4, device=DEVICE\n)"
     assert (d.fix_lineno, d.fix_end_lineno) == (3, 5)
     assert d.fix_text() == (
         "Fix:  w = torch.ones(\n          3, 4, device=DEVICE\n      )\n      (replaces lines 3-5)"
     )
-    corrected, out = fix_cell(shell, capsys)
+    corrected, out = fix_cell(emu_shell, capsys)
     assert corrected == (
         "%%devcheck\nif True:\n    w = torch.ones(\n        3, 4, device=DEVICE\n    )\n"
         "    y = model(w)"
     )
     assert "(lines 3-5 replaced)" in out
-    runs(shell, corrected)
+    runs(emu_shell, corrected)
 
 
-def test_a_line_inserted_in_the_loop_keeps_its_indentation(shell: Any, capsys: Any) -> None:
+def test_a_line_inserted_in_the_loop_keeps_its_indentation(emu_shell: Any, capsys: Any) -> None:
     # The loop binds the culprits: the move goes inside the loop, before the failing line.
-    runs(shell, SETUP + "\nloader = [(torch.randn(3, 4), torch.zeros(3))]")
+    runs(emu_shell, SETUP + "\nloader = [(torch.randn(3, 4), torch.zeros(3))]")
     cell = "%%devcheck\nfor xb, yb in loader:\n    out = model(xb)"
-    fails(shell, cell)
-    d = shell.run_line_magic("devcheck", "-o")
+    fails(emu_shell, cell)
+    d = emu_shell.run_line_magic("devcheck", "-o")
     assert d.fix_insert and d.fix_lineno == 3
-    corrected, out = fix_cell(shell, capsys)
+    corrected, out = fix_cell(emu_shell, capsys)
     lines = cell.split("\n")
     assert corrected == "\n".join([*lines[:2], "    " + d.fix, lines[2]])
     assert "(line 3 added)" in out
-    runs(shell, corrected)
+    runs(emu_shell, corrected)
 
 
-def test_two_tensors_the_cell_makes_are_moved_by_one_inserted_line(shell: Any, capsys: Any) -> None:
+def test_two_tensors_the_cell_makes_are_moved_by_one_inserted_line(
+    emu_shell: Any, capsys: Any
+) -> None:
     # HerreraKrachTeichmann/NJODE#14: ``tau`` and ``tdiff`` made on two lines, both off the
     # device. Rewriting the first creating line alone leaves the cell failing on the second.
     runs(
-        shell,
+        emu_shell,
         SETUP.replace("nn.Linear(4, 2)", "nn.Linear(6, 2)")
         + "\nx = torch.randn(3, 4, device=DEVICE)",
     )
@@ -127,22 +132,25 @@ def test_two_tensors_the_cell_makes_are_moved_by_one_inserted_line(shell: Any, c
         "%%devcheck\ntau = torch.full((3, 1), 0.5)\ntdiff = torch.full((3, 1), 0.1)\n"
         "out = model(torch.cat([x, tau, tdiff], dim=1))"
     )
-    err = shell.run_cell(cell, store_history=True).error_in_exec
-    assert str(err) == "Tensor on device cpu is not on the expected device meta!"
-    corrected, out = fix_cell(shell, capsys)
+    err = emu_shell.run_cell(cell, store_history=True).error_in_exec
+    assert str(err) == (
+        "Expected all tensors to be on the same device, but got tensors is on cpu, different "
+        "from other tensors on cuda:0 (when checking argument in method wrapper_CUDA_cat)"
+    )
+    corrected, out = fix_cell(emu_shell, capsys)
     lines = cell.split("\n")
     assert corrected == "\n".join(
         [*lines[:3], "tau, tdiff = tau.to(DEVICE), tdiff.to(DEVICE)", lines[3]]
     )
     assert "(line 4 added)" in out
-    runs(shell, corrected)
-    assert shell.user_ns["out"].device.type == "meta"
+    runs(emu_shell, corrected)
+    assert emu_shell.user_ns["out"].device.type == "cuda"
 
 
-def test_a_fix_in_an_earlier_cell_corrects_that_cell(shell: Any, capsys: Any) -> None:
+def test_a_fix_in_an_earlier_cell_corrects_that_cell(emu_shell: Any, capsys: Any) -> None:
     """The fix belongs in the cell that defined the function: that cell, corrected, is the
     next input (never this one with the fix pretended into it)."""
-    number = shell.execution_count
+    number = emu_shell.execution_count
     earlier = (
         SETUP + "\n"
         "def embed(t):\n"
@@ -150,20 +158,20 @@ def test_a_fix_in_an_earlier_cell_corrects_that_cell(shell: Any, capsys: Any) ->
         "    return model(t) + bias\n"
         "x = torch.randn(3, 4, device=DEVICE)"
     )
-    runs(shell, earlier)
-    err = shell.run_cell("%%devcheck\ny = embed(x)", store_history=True).error_in_exec
+    runs(emu_shell, earlier)
+    err = emu_shell.run_cell("%%devcheck\ny = embed(x)", store_history=True).error_in_exec
     assert type(err) is RuntimeError
-    d = shell.run_line_magic("devcheck", "-o")
+    d = emu_shell.run_line_magic("devcheck", "-o")
     assert d.fix == "bias = torch.zeros(2, device=t.device)"
-    corrected, out = fix_cell(shell, capsys)
+    corrected, out = fix_cell(emu_shell, capsys)
     assert corrected == earlier.replace("torch.zeros(2)", "torch.zeros(2, device=t.device)")
     assert out == (
         f"The fix goes in embed (Cell In[{number}], line 5): that cell, corrected, is the next "
         "input (line 5 replaced): run it, then the failing cell again.\n"
     )
     # Run as offered, then the failing cell: it runs.
-    runs(shell, corrected)
-    runs(shell, "%%devcheck\ny = embed(x)")
+    runs(emu_shell, corrected)
+    runs(emu_shell, "%%devcheck\ny = embed(x)")
 
 
 def test_nothing_to_fix_says_so_in_one_line(shell: Any, capsys: Any) -> None:
@@ -178,24 +186,24 @@ def test_nothing_to_fix_says_so_in_one_line(shell: Any, capsys: Any) -> None:
 
 
 def test_in_colab_the_corrected_cell_is_printed_to_copy(
-    shell: Any, capsys: Any, monkeypatch: Any
+    emu_shell: Any, capsys: Any, monkeypatch: Any
 ) -> None:
     # Colab's front end ignores set_next_input: detect it, print instead.
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    runs(shell, SETUP + "\nx = torch.randn(3, 4)")
+    runs(emu_shell, SETUP + "\nx = torch.randn(3, 4)")
     cell = "%%devcheck --full\ny = model(x)"
-    fails(shell, cell)
-    corrected, out = fix_cell(shell, capsys)
+    fails(emu_shell, cell)
+    corrected, out = fix_cell(emu_shell, capsys)
     assert corrected is None
     expected = "%%devcheck --full\nx = x.to(DEVICE)\ny = model(x)"
     assert out == f"The corrected cell (line 2 added), to copy into a cell:\n{expected}\n"
-    runs(shell, expected)
+    runs(emu_shell, expected)
 
 
-def test_without_history_the_magic_cell_is_rebuilt(shell: Any, capsys: Any) -> None:
-    runs(shell, SETUP + "\nx = torch.randn(3, 4)")
-    assert shell.run_cell("%%devcheck\ny = model(x)").error_in_exec is not None
-    corrected, _ = fix_cell(shell, capsys)
+def test_without_history_the_magic_cell_is_rebuilt(emu_shell: Any, capsys: Any) -> None:
+    runs(emu_shell, SETUP + "\nx = torch.randn(3, 4)")
+    assert emu_shell.run_cell("%%devcheck\ny = model(x)").error_in_exec is not None
+    corrected, _ = fix_cell(emu_shell, capsys)
     assert corrected == "%%devcheck\nx = x.to(DEVICE)\ny = model(x)"
 
 
@@ -230,11 +238,12 @@ import os, re
 from IPython.terminal.interactiveshell import TerminalInteractiveShell
 shell = TerminalInteractiveShell.instance(simple_prompt=True, colors="NoColor")
 shell.extension_manager.load_extension("torchdevmagic")
+shell.run_cell("%emulate_cuda on")
 shell.run_cell(
     "import torch, torch.nn as nn\n"
     "split = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))\n"
     "split[1].to('meta')\n"
-    "DEVICE = torch.device('meta')\n"
+    "DEVICE = torch.device('cuda')\n"
     "model = nn.Linear(4, 2).to(DEVICE)\n"
     "batch_of_images_from_the_loader = torch.randn(3, 4)"
 )
@@ -367,7 +376,7 @@ def test_cuda_literals_on_a_machine_without_cuda(
     runs(shell, corrected)
 
 
-def test_plain_dict_of_tensors_held_by_a_module(shell: Any) -> None:
+def test_plain_dict_of_tensors_held_by_a_module(emu_shell: Any) -> None:
     # Lightning-AI/pytorch-lightning#2984 kept its criterions in a plain list; a plain dict of
     # tensors is skipped by Module.to() the same way. The fix rebuilds the dict on the device.
     setup = (
@@ -382,14 +391,17 @@ def test_plain_dict_of_tensors_held_by_a_module(shell: Any) -> None:
         "net = Scaler().to(DEVICE)\n"
         "x = torch.randn(3, 4, device=DEVICE)"
     )
-    runs(shell, setup)
-    err = shell.run_cell("%%devcheck\ny = net(x)").error_in_exec
-    assert str(err) == "Tensor on device cpu is not on the expected device meta!"
-    d = shell.run_line_magic("devcheck", "-o")
+    runs(emu_shell, setup)
+    err = emu_shell.run_cell("%%devcheck\ny = net(x)").error_in_exec
+    assert str(err) == (
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu!"
+    )
+    d = emu_shell.run_line_magic("devcheck", "-o")
     assert d.fix == "net.tables = {k: t.to(DEVICE) for k, t in net.tables.items()}"
     assert d.fix_lineno is None
-    runs(shell, d.fix)
-    runs(shell, "%%devcheck\ny = net(x)")
+    runs(emu_shell, d.fix)
+    runs(emu_shell, "%%devcheck\ny = net(x)")
 
 
 # ---------------------------------------------------------------- a real Jupyter kernel
@@ -411,7 +423,7 @@ def test_in_a_jupyter_kernel_the_corrected_cell_is_a_set_next_input_payload(
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=120)
-        setup = "%load_ext torchdevmagic\n" + SETUP + "\nx = torch.randn(3, 4)"
+        setup = "%load_ext torchdevmagic\n%emulate_cuda on\n" + SETUP + "\nx = torch.randn(3, 4)"
         kc.execute_interactive(setup, timeout=120, store_history=True)
         # stop_on_error=False: after an error ipykernel 6.17 (Colab's) aborts the requests that
         # reach it before its event loop turns once more, and on a loaded machine the next one

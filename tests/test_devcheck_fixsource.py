@@ -23,14 +23,19 @@ from torchdevmagic.diagnosis.splice import Splice, attach  # noqa: E402
 
 SETUP = (
     "import torch, torch.nn as nn\n"
-    "DEVICE = torch.device('meta')\n"
+    "DEVICE = torch.device('cuda')\n"
     "model = nn.Linear(4, 2).to(DEVICE)"
 )
-META = "Tensor on device meta is not on the expected device cpu!"
-CPU_IN_META = "Tensor on device cpu is not on the expected device meta!"
+CPU_INPUT = (  # what CUDA's linear says of a cpu input
+    "Expected all tensors to be on the same device, but got mat1 is on cpu, different from "
+    "other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
+)
+CPU_ADDED = (
+    "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+)
 
 
-def fails(shell: Any, cell: str, message: str = META) -> Any:
+def fails(shell: Any, cell: str, message: str = CPU_INPUT) -> Any:
     err = shell.run_cell(cell, store_history=True).error_in_exec
     assert type(err) is RuntimeError and str(err) == message, err
     return shell.run_line_magic("devcheck", "-o")
@@ -48,29 +53,31 @@ def runs(shell: Any, cell: str) -> None:
     assert result.error_in_exec is None, (cell, result.error_in_exec)
 
 
-def test_the_creating_line_keeps_its_quotes_spacing_and_comment(shell: Any, capsys: Any) -> None:
+def test_the_creating_line_keeps_its_quotes_spacing_and_comment(
+    emu_shell: Any, capsys: Any
+) -> None:
     # Before: ``batch = {'größe': torch.randn(3, 4, device=DEVICE) * 2}``. The key is not
     # ASCII: AST columns count UTF-8 bytes, and the edit lands after it all the same.
-    runs(shell, SETUP)
+    runs(emu_shell, SETUP)
     cell = '%%devcheck\nbatch = {"größe": torch.randn(3,4)*2}  # inputs\ny = model(batch["größe"])'
-    d = fails(shell, cell)
+    d = fails(emu_shell, cell)
     assert d.fix == 'batch = {"größe": torch.randn(3,4, device=DEVICE)*2}'
     assert (d.fix_lineno, d.fix_end_lineno) == (2, None)
-    corrected, out = fix_cell(shell, capsys)
+    corrected, out = fix_cell(emu_shell, capsys)
     assert corrected == cell.replace("randn(3,4)", "randn(3,4, device=DEVICE)")
     assert "(line 2 replaced)" in out
-    runs(shell, corrected)
-    assert shell.user_ns["y"].device.type == "meta"
+    runs(emu_shell, corrected)
+    assert emu_shell.user_ns["y"].device.type == "cuda"
 
 
 def test_a_statement_failing_on_its_second_line_is_fixed_from_its_first(
-    shell: Any, capsys: Any
+    emu_shell: Any, capsys: Any
 ) -> None:
     # The traceback names line 3, where the call is; the statement runs over lines 2-4.
     # Before: "replaces line 3" with ``y = model(torch.randn(3, 4, device=DEVICE))``.
-    runs(shell, SETUP)
+    runs(emu_shell, SETUP)
     cell = "%%devcheck\ny = (\n    model(torch.randn(3, 4))  # a batch\n)"
-    d = fails(shell, cell)
+    d = fails(emu_shell, cell)
     assert d.fix == "y = (\n    model(torch.randn(3, 4, device=DEVICE))  # a batch\n)"
     assert (d.fix_lineno, d.fix_end_lineno) == (2, 4)
     assert d.fix_text() == (
@@ -79,19 +86,19 @@ def test_a_statement_failing_on_its_second_line_is_fixed_from_its_first(
         "      )\n"
         "      (replaces lines 2-4)"
     )
-    corrected, out = fix_cell(shell, capsys)
+    corrected, out = fix_cell(emu_shell, capsys)
     assert corrected == cell.replace("randn(3, 4)", "randn(3, 4, device=DEVICE)")
     assert "(lines 2-4 replaced)" in out
-    runs(shell, corrected)
-    runs(shell, pasted(cell, d))  # pasted by hand over lines 2-4: the same cell
+    runs(emu_shell, corrected)
+    runs(emu_shell, pasted(cell, d))  # pasted by hand over lines 2-4: the same cell
 
 
 def test_a_fix_over_several_lines_of_an_earlier_cell_names_them_all(
-    shell: Any, capsys: Any
+    emu_shell: Any, capsys: Any
 ) -> None:
     # Before: "in embed (Cell In[n], line 2): replaces that line" with a one-line fix, and
     # %devcheck fix said "replace that line" of a statement over three.
-    number = shell.execution_count
+    number = emu_shell.execution_count
     helper = (
         "def embed(t):\n"
         "    bias = torch.zeros(\n"
@@ -99,17 +106,17 @@ def test_a_fix_over_several_lines_of_an_earlier_cell_names_them_all(
         "    )\n"
         "    return model(t) + bias"
     )
-    runs(shell, SETUP + "\n" + helper + "\nx = torch.randn(3, 4, device=DEVICE)")
-    d = fails(shell, "%%devcheck\ny = embed(x)", CPU_IN_META)
+    runs(emu_shell, SETUP + "\n" + helper + "\nx = torch.randn(3, 4, device=DEVICE)")
+    d = fails(emu_shell, "%%devcheck\ny = embed(x)", CPU_ADDED)
     assert d.fix == "bias = torch.zeros(\n    2, device=t.device,  # one per output\n)"
     assert (d.fix_lineno, d.fix_end_lineno) == (5, 7)
     assert d.fix_text().endswith(f"in embed (Cell In[{number}], line 5): replaces lines 5-7")
-    corrected, out = fix_cell(shell, capsys)
+    corrected, out = fix_cell(emu_shell, capsys)
     earlier = SETUP + "\n" + helper + "\nx = torch.randn(3, 4, device=DEVICE)"
     assert corrected == pasted(earlier, d), corrected  # the earlier cell, corrected, next
     assert f"embed (Cell In[{number}], line 5)" in out, out
-    runs(shell, pasted(SETUP + "\n" + helper, d))  # the earlier cell, fixed where it says
-    runs(shell, "%%devcheck\ny = embed(x)")
+    runs(emu_shell, pasted(SETUP + "\n" + helper, d))  # the earlier cell, fixed where it says
+    runs(emu_shell, "%%devcheck\ny = embed(x)")
 
 
 def test_a_loop_header_is_fixed_alone(shell: Any, capsys: Any) -> None:

@@ -1,6 +1,6 @@
-"""%%devcheck end to end in a real InteractiveShell, on CPU: meta device and FakeTensor give
-PyTorch's real mismatch errors. Each scenario checks the named culprits, then applies the
-suggested fix and re-runs the cell."""
+"""%%devcheck end to end in a real InteractiveShell, on CPU: the emulated GPU
+(``%emulate_cuda on``) and FakeTensor give PyTorch's real mismatch errors. Each scenario
+checks the named culprits, then applies the suggested fix and re-runs the cell."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from _fixrun import pasted  # noqa: E402
 
 SETUP = """
 import torch, torch.nn as nn
-DEVICE = torch.device("meta")
+DEVICE = torch.device("cuda")
 model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).to(DEVICE)
 x = torch.randn(32, 4)
 """
@@ -66,28 +66,31 @@ def culprit_names(d: Any) -> list[str]:
     return [c.expression for c in d.culprits]
 
 
-def test_meta_model_cpu_data(shell: Any, capsys: Any) -> None:
-    run(shell, SETUP)
+def test_gpu_model_cpu_data(emu_shell: Any, capsys: Any) -> None:
+    run(emu_shell, SETUP)
     capsys.readouterr()
     cell = magic("h = 1\ny = model(x)")
-    result = run(shell, cell)
+    result = run(emu_shell, cell)
     err = result.error_in_exec
     assert type(err) is RuntimeError
-    assert str(err) == "Tensor on device meta is not on the expected device cpu!"
+    assert str(err) == (
+        "Expected all tensors to be on the same device, but got mat1 is on cpu, different "
+        "from other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
+    )
     out = capsys.readouterr().out
     assert out.count(", line 3:  y = model(x)") == 1
     assert "Device mismatch at Cell In[" in out
     assert "Fix:  x = x.to(DEVICE)" in out
     assert "PyTorch-internal frames hidden" in out
-    d = last_diagnosis(shell)
+    d = last_diagnosis(emu_shell)
     assert d.kind == "device_mismatch"
     assert culprit_names(d) == ["x"]
     assert d.culprits[0].device == "cpu" and d.culprits[0].description == "Tensor[32, 4] float32"
-    assert [(c.expression, c.device) for c in d.context] == [("model", "meta")]
+    assert [(c.expression, c.device) for c in d.context] == [("model", "cuda:0")]
     assert d.fix == "x = x.to(DEVICE)" and d.fix_lineno is None
-    assert run(shell, d.fix).error_in_exec is None
-    assert run(shell, cell).error_in_exec is None
-    assert shell.user_ns["y"].device.type == "meta"
+    assert run(emu_shell, d.fix).error_in_exec is None
+    assert run(emu_shell, cell).error_in_exec is None
+    assert emu_shell.user_ns["y"].device.type == "cuda"
 
 
 STRAY_NET = """
@@ -112,24 +115,24 @@ def old_tables(model):  # as torch 2.1-2.4 build modules: OrderedDict tables
 """
 
 
-def test_modules_of_torch_before_2_5_are_named(shell: Any) -> None:
+def test_modules_of_torch_before_2_5_are_named(emu_shell: Any) -> None:
     """torch 2.1-2.4 keep module tables in OrderedDicts: the model is still named as
     context, and a plain tensor attribute inside it as the culprit."""
-    run(shell, SETUP + OLD_TABLES + "model = old_tables(model)")
-    assert isinstance(run(shell, magic("y = model(x)")).error_in_exec, RuntimeError)
-    d = last_diagnosis(shell)
+    run(emu_shell, SETUP + OLD_TABLES + "model = old_tables(model)")
+    assert isinstance(run(emu_shell, magic("y = model(x)")).error_in_exec, RuntimeError)
+    d = last_diagnosis(emu_shell)
     assert culprit_names(d) == ["x"]
-    assert [(c.expression, c.device) for c in d.context] == [("model", "meta")]
-    run(shell, STRAY_NET + "net = old_tables(net)")
-    d = fails_then_fixed(shell, magic("out = net(batch)"))
+    assert [(c.expression, c.device) for c in d.context] == [("model", "cuda:0")]
+    run(emu_shell, STRAY_NET + "net = old_tables(net)")
+    d = fails_then_fixed(emu_shell, magic("out = net(batch)"))
     assert culprit_names(d) == ["net.scale"]
     assert d.fix == "net.register_buffer('scale', net.__dict__.pop('scale').to(DEVICE))"
 
 
-def test_stray_plain_tensor_attribute_in_forward(shell: Any) -> None:
-    run(shell, SETUP)
-    run(shell, STRAY_NET)
-    d = fails_then_fixed(shell, magic("out = net(batch)"))
+def test_stray_plain_tensor_attribute_in_forward(emu_shell: Any) -> None:
+    run(emu_shell, SETUP)
+    run(emu_shell, STRAY_NET)
+    d = fails_then_fixed(emu_shell, magic("out = net(batch)"))
     assert culprit_names(d) == ["net.scale"]
     assert d.fix == "net.register_buffer('scale', net.__dict__.pop('scale').to(DEVICE))"
     assert any("register_buffer('scale'" in n for n in d.notes)
@@ -138,25 +141,25 @@ def test_stray_plain_tensor_attribute_in_forward(shell: Any) -> None:
     assert {c.expression for c in d.context} >= {"net", "batch"}
 
 
-def test_lstm_with_cpu_hidden_state(shell: Any) -> None:
-    run(shell, SETUP)
+def test_lstm_with_cpu_hidden_state(emu_shell: Any) -> None:
+    run(emu_shell, SETUP)
     run(
-        shell,
+        emu_shell,
         "lstm = nn.LSTM(4, 8).to(DEVICE)\n"
         "seq = torch.randn(5, 3, 4, device=DEVICE)\n"
         "h0 = torch.zeros(1, 3, 8)\nc0 = torch.zeros(1, 3, 8)",
     )
-    d = fails_then_fixed(shell, magic("out, state = lstm(seq, (h0, c0))"))
+    d = fails_then_fixed(emu_shell, magic("out, state = lstm(seq, (h0, c0))"))
     assert d.message.startswith("Input and hidden tensors are not at the same device")
     assert culprit_names(d) == ["h0", "c0"]
     assert d.fix == "h0, c0 = h0.to(DEVICE), c0.to(DEVICE)"
 
 
-def test_module_table_keys_that_are_not_str_run_no_code(shell: Any) -> None:
+def test_module_table_keys_that_are_not_str_run_no_code(emu_shell: Any) -> None:
     """Keys of _modules and _parameters that are not str (a user object, an int) are named
     without calling their methods, and the diagnosis still comes."""
     run(
-        shell,
+        emu_shell,
         SETUP
         + """
 ran = []
@@ -184,12 +187,12 @@ x = torch.randn(3, 4)
 """,
     )
     for name, inner in (("outer", "outer[<key>]"), ("numbered", "numbered[0]")):
-        result = run(shell, magic(f"y = list(dict.values({name}._modules))[0](x)"))
+        result = run(emu_shell, magic(f"y = list(dict.values({name}._modules))[0](x)"))
         assert isinstance(result.error_in_exec, RuntimeError)
-        d = last_diagnosis(shell)
+        d = last_diagnosis(emu_shell)
         assert culprit_names(d) == ["x"]
         assert {c.expression for c in d.context} >= {name, f"{inner}.w"}
-    assert shell.user_ns["ran"] == []
+    assert emu_shell.user_ns["ran"] == []
 
 
 def test_paths_of_keys_that_are_not_str() -> None:
@@ -235,21 +238,20 @@ def test_diagnosis_lookups_skip_keys_that_are_not_str() -> None:
     assert ran == []
 
 
-@pytest.mark.meta_index_check
-def test_index_tensor_created_without_device(shell: Any) -> None:
-    run(shell, SETUP)
-    run(shell, "acc = torch.zeros(5, 3, device=DEVICE)\nsrc = torch.ones(2, 3, device=DEVICE)")
+def test_index_tensor_created_without_device(emu_shell: Any) -> None:
+    run(emu_shell, SETUP)
+    run(emu_shell, "acc = torch.zeros(5, 3, device=DEVICE)\nsrc = torch.ones(2, 3, device=DEVICE)")
     cell = magic("idx = torch.tensor([0, 2])\nacc.index_add_(0, idx, src)")
-    d = fails_then_fixed(shell, cell)
-    assert d.rule == "index_add_copy_device"
+    d = fails_then_fixed(emu_shell, cell)
+    assert d.rule == "same_device_got_is_on"  # CUDA's wrapper names the index argument
     assert culprit_names(d) == ["idx"]
     assert d.fix == "idx = torch.tensor([0, 2], device=DEVICE)" and d.fix_lineno == 2
 
 
-def test_discarded_to_is_pointed_at(shell: Any) -> None:
-    run(shell, SETUP)
+def test_discarded_to_is_pointed_at(emu_shell: Any) -> None:
+    run(emu_shell, SETUP)
     cell = magic("x.to(DEVICE)\ny = model(x)")
-    d = fails_then_fixed(shell, cell)
+    d = fails_then_fixed(emu_shell, cell)
     assert culprit_names(d) == ["x"]
     assert d.fix == "x = x.to(DEVICE)" and d.fix_lineno == 2
     assert any("throws the result away" in n for n in d.notes)
@@ -304,9 +306,9 @@ def test_success_is_silent_and_keeps_values(shell: Any, capsys: Any) -> None:
     assert "devcheck" not in capsys.readouterr().out
 
 
-def test_exception_notes_and_same_object(shell: Any) -> None:
-    run(shell, SETUP)
-    result = run(shell, magic("y = model(x)"))
+def test_exception_notes_and_same_object(emu_shell: Any) -> None:
+    run(emu_shell, SETUP)
+    result = run(emu_shell, magic("y = model(x)"))
     err = result.error_in_exec
     assert err is sys.last_value
     if sys.version_info >= (3, 11):
@@ -323,35 +325,40 @@ def test_unrecognised_errors_are_untouched(shell: Any, capsys: Any) -> None:
     assert "ZeroDivisionError" in capsys.readouterr().out
 
 
-def test_analysis_failure_shows_original_traceback_and_one_line(shell: Any, capsys: Any) -> None:
+def test_analysis_failure_shows_original_traceback_and_one_line(
+    emu_shell: Any, capsys: Any
+) -> None:
     from torchdevmagic.magics.devcheck import DevcheckMagics
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise ValueError("injected")
 
-    shell.register_magics(DevcheckMagics(shell, diagnose=broken))
-    run(shell, SETUP)
+    emu_shell.register_magics(DevcheckMagics(emu_shell, diagnose=broken))
+    run(emu_shell, SETUP)
     capsys.readouterr()
-    result = run(shell, magic("y = model(x)"))
-    assert str(result.error_in_exec) == "Tensor on device meta is not on the expected device cpu!"
+    result = run(emu_shell, magic("y = model(x)"))
+    assert str(result.error_in_exec) == (
+        "Expected all tensors to be on the same device, but got mat1 is on cpu, different "
+        "from other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)"
+    )
     out = capsys.readouterr().out
     assert "torchdevmagic: the device-error analysis failed (ValueError: injected)" in out
-    assert "check_same_device" in out  # the original, uncollapsed traceback
+    assert "_call_impl" in out  # the original, uncollapsed traceback
     assert "Fix:" not in out
 
 
-def test_full_traceback_reachable(shell: Any, capsys: Any) -> None:
-    run(shell, SETUP)
-    run(shell, magic("y = model(x)"))
+def test_full_traceback_reachable(emu_shell: Any, capsys: Any) -> None:
+    run(emu_shell, SETUP)
+    run(emu_shell, magic("y = model(x)"))
     collapsed = capsys.readouterr().out
-    shell.run_line_magic("devcheck", "tb")
+    emu_shell.run_line_magic("devcheck", "tb")
     full = capsys.readouterr().out
     assert "_call_impl" in full and "_call_impl" not in collapsed
-    run(shell, magic("--full\ny = model(x)").replace("%%devcheck\n--full", "%%devcheck --full"))
+    run(emu_shell, magic("--full\ny = model(x)").replace("%%devcheck\n--full", "%%devcheck --full"))
     assert "_call_impl" in capsys.readouterr().out
 
 
-def test_on_off_chains_custom_handler_and_unload_restores(shell: Any, capsys: Any) -> None:
+def test_on_off_chains_custom_handler_and_unload_restores(emu_shell: Any, capsys: Any) -> None:
     seen: list[str] = []
 
     def handler(
@@ -359,25 +366,25 @@ def test_on_off_chains_custom_handler_and_unload_restores(shell: Any, capsys: An
     ) -> None:
         seen.append(etype.__name__)
 
-    shell.set_custom_exc((ZeroDivisionError,), handler)
-    before = (shell.CustomTB, shell.custom_exceptions)
-    run(shell, SETUP)
-    shell.run_line_magic("devcheck", "on")
-    run(shell, "1 / 0")
+    emu_shell.set_custom_exc((ZeroDivisionError,), handler)
+    before = (emu_shell.CustomTB, emu_shell.custom_exceptions)
+    run(emu_shell, SETUP)
+    emu_shell.run_line_magic("devcheck", "on")
+    run(emu_shell, "1 / 0")
     assert seen == ["ZeroDivisionError"]
     capsys.readouterr()
-    result = run(shell, "y = model(x)")
+    result = run(emu_shell, "y = model(x)")
     assert type(result.error_in_exec) is RuntimeError
     assert "Fix:  x = x.to(DEVICE)" in capsys.readouterr().out
-    shell.run_line_magic("devcheck", "off")
-    assert (shell.CustomTB, shell.custom_exceptions) == before
-    run(shell, "y = model(x)")
+    emu_shell.run_line_magic("devcheck", "off")
+    assert (emu_shell.CustomTB, emu_shell.custom_exceptions) == before
+    run(emu_shell, "y = model(x)")
     assert "Fix:" not in capsys.readouterr().out
-    shell.run_line_magic("devcheck", "on")
-    shell.extension_manager.unload_extension("torchdevmagic")
-    assert (shell.CustomTB, shell.custom_exceptions) == before
-    shell.set_custom_exc((), None)
-    shell.extension_manager.load_extension("torchdevmagic")
+    emu_shell.run_line_magic("devcheck", "on")
+    emu_shell.extension_manager.unload_extension("torchdevmagic")
+    assert (emu_shell.CustomTB, emu_shell.custom_exceptions) == before
+    emu_shell.set_custom_exc((), None)
+    emu_shell.extension_manager.load_extension("torchdevmagic")
 
 
 def test_bad_option_is_usage_error(shell: Any) -> None:
@@ -500,10 +507,10 @@ def test_diagnose_runs_no_torch_function_mode() -> None:
     assert calls == []
 
 
-def test_inspection_runs_no_user_code(shell: Any) -> None:
-    run(shell, SETUP)
+def test_inspection_runs_no_user_code(emu_shell: Any) -> None:
+    run(emu_shell, SETUP)
     run(
-        shell,
+        emu_shell,
         """
 class Spy:
     calls = []
@@ -520,8 +527,8 @@ class Spy:
 spy = Spy()
 """,
     )
-    run(shell, magic("y = model(spy.data) + spy.other"))
-    assert shell.user_ns["Spy"].calls == ["property"]  # the cell's own call, nothing more
+    run(emu_shell, magic("y = model(spy.data) + spy.other"))
+    assert emu_shell.user_ns["Spy"].calls == ["property"]  # the cell's own call, nothing more
 
 
 @pytest.mark.cuda

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from torchdevmagic.diagnosis.planner import STRATEGIES
 
 ROOT = Path(__file__).resolve().parent.parent
-PRE = 'import torch, torch.nn as nn, torch.nn.functional as F\nDEVICE = torch.device("meta")\n'
+PRE = 'import torch, torch.nn as nn, torch.nn.functional as F\nDEVICE = torch.device("cuda")\n'
 
 
 def _diagnosed(shell: Any, setup: str, cell: str) -> Any:
@@ -46,8 +46,9 @@ def test_every_strategy_cites_a_public_report_and_an_existing_test() -> None:
         assert _test_exists(s.test), (s.name, s.test)
 
 
-def test_the_diagnosis_names_the_strategy_that_wrote_the_fix(shell: Any) -> None:
-    # Lightning-AI/pytorch-lightning#3738: the GRU's h0 made in forward without device=.
+def test_the_diagnosis_names_the_strategy_that_wrote_the_fix(emu_shell: Any) -> None:
+    # Lightning-AI/pytorch-lightning#3738: the GRU's h0 made in forward without device=, on
+    # the emulated GPU.
     setup = PRE + (
         "class RNN(nn.Module):\n"
         "    def __init__(self):\n"
@@ -60,7 +61,7 @@ def test_the_diagnosis_names_the_strategy_that_wrote_the_fix(shell: Any) -> None
         "model = RNN().to(DEVICE)\n"
         "letters = torch.randn(4, 5, 8, device=DEVICE)\n"
     )
-    d = _diagnosed(shell, setup, "out = model(letters)")
+    d = _diagnosed(emu_shell, setup, "out = model(letters)")
     assert d.strategy == "function_local"
     assert d.fell_through == ""
     assert "device=x.device" in d.fix

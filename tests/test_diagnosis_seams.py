@@ -99,10 +99,10 @@ def test_cell_numbers_of_every_ipython() -> None:
         del linecache.cache[name]
 
 
-def test_locations_read_as_ipython_prints_them(shell: Any) -> None:
-    number = shell.execution_count  # run_cell without history keeps the number
-    shell.run_cell(
-        "import torch, torch.nn as nn\nDEVICE = torch.device('meta')\n"
+def test_locations_read_as_ipython_prints_them(emu_shell: Any) -> None:
+    number = emu_shell.execution_count  # run_cell without history keeps the number
+    emu_shell.run_cell(
+        "import torch, torch.nn as nn\nDEVICE = torch.device('cuda')\n"
         "class Net(nn.Module):\n"
         "    def __init__(self):\n"
         "        super().__init__()\n"
@@ -112,8 +112,8 @@ def test_locations_read_as_ipython_prints_them(shell: Any) -> None:
         "        return self.fc(x) + h\n"
         "net = Net().to(DEVICE)\nx = torch.zeros(3, 2, device=DEVICE)"
     )
-    shell.run_cell("%%devcheck\ny = net(x)")
-    d = shell.run_line_magic("devcheck", "-o")
+    emu_shell.run_cell("%%devcheck\ny = net(x)")
+    d = emu_shell.run_line_magic("devcheck", "-o")
     assert d.location == f"Cell In[{number}], line 9 in Net.forward"
     assert d.fix == "h = torch.zeros(3, 2, device=x.device)"
     assert d.fix_scope == f"Net.forward (Cell In[{number}], line 8)"

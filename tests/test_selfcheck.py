@@ -1,5 +1,6 @@
-"""The GPU self-check: its CPU path end to end (so it cannot rot), its pure judgements with fakes,
-the device-agnostic checks on meta/CPU through a real shell, and the real run on a GPU."""
+"""The GPU self-check: its CPU path end to end (so it cannot rot), its pure judgements with
+fakes, the device-agnostic checks on the emulated GPU and the CPU through a real shell, and the
+real run on a GPU."""
 
 from __future__ import annotations
 
@@ -346,7 +347,7 @@ def test_storage_bytes_counts_each_storage_once() -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# the device-agnostic checks themselves, on meta/CPU through a real shell
+# the device-agnostic checks themselves, through a real shell on the emulated GPU or the CPU
 
 
 def _shell_ctx(shell: Any, device: str, tmp_path: Path) -> sc.Context:
@@ -359,10 +360,10 @@ def _shell_ctx(shell: Any, device: str, tmp_path: Path) -> sc.Context:
     return sc.Context(torch, device=device, shell_factory=fresh, tmpdir=str(tmp_path))
 
 
-def test_placement_check_on_meta(shell: Any, tmp_path: Path) -> None:
-    ctx = _shell_ctx(shell, "meta", tmp_path)
+def test_placement_check_on_the_emulated_gpu(emu_shell: Any, tmp_path: Path) -> None:
+    ctx = _shell_ctx(emu_shell, "cuda:0", tmp_path)
     outcome = sc_devices.check_devices_placement(ctx)
-    assert outcome == sc.Outcome("PASS", "model meta, batch cpu, labels meta")
+    assert outcome == sc.Outcome("PASS", "model cuda:0, batch cpu, labels cuda:0")
 
 
 def test_named_bytes_check_on_cpu(shell: Any, tmp_path: Path) -> None:
@@ -374,34 +375,19 @@ def test_named_bytes_check_on_cpu(shell: Any, tmp_path: Path) -> None:
     assert outcome.figure == f"named {format_bytes(held)}, tensors hold {format_bytes(held)}"
 
 
-@pytest.mark.parametrize(
-    "scenario",
-    [
-        pytest.param(
-            s,
-            id=s.name,
-            marks=[pytest.mark.meta_index_check] if s.name == "index_wrong_device" else [],
-        )
-        for s in sc_devcheck.SCENARIOS
-    ],
-)
-def test_devcheck_scenarios_on_meta(
-    shell: Any, tmp_path: Path, scenario: sc_devcheck.Scenario
+@pytest.mark.parametrize("scenario", sc_devcheck.SCENARIOS, ids=lambda s: s.name)
+def test_devcheck_scenarios_on_the_emulated_gpu(
+    emu_shell: Any, tmp_path: Path, scenario: sc_devcheck.Scenario
 ) -> None:
-    """The same scenario code as on the GPU, with meta standing in for cuda:0. A meta
-    checkpoint loads back onto meta whatever map_location says, so here the checkpoint is
-    saved from CPU tensors (on the GPU it is saved from cuda:0 tensors)."""
-    if scenario.name == "checkpoint_on_cpu":
-        setup = scenario.setup.replace("device=DEVICE)", ")", 1)
-        assert setup != scenario.setup
-        scenario = dataclasses.replace(scenario, setup=setup)
-    outcome = sc_devcheck.devcheck_outcome(_shell_ctx(shell, "meta", tmp_path), scenario)
+    """The same scenario code as on a GPU, on the emulated cuda:0: the same messages, and a
+    checkpoint saved from cuda:0 tensors that map_location="cpu" loads on the CPU."""
+    outcome = sc_devcheck.devcheck_outcome(_shell_ctx(emu_shell, "cuda:0", tmp_path), scenario)
     assert outcome.status == "PASS", outcome
     assert outcome.figure.startswith(", ".join(scenario.culprits) + " -> ")
 
 
-def test_devcheck_check_can_fail(shell: Any, tmp_path: Path) -> None:
-    ctx = _shell_ctx(shell, "meta", tmp_path)
+def test_devcheck_check_can_fail(emu_shell: Any, tmp_path: Path) -> None:
+    ctx = _shell_ctx(emu_shell, "cuda:0", tmp_path)
     linear = sc_devcheck.SCENARIOS[0]
     wrong = sc_devcheck.devcheck_outcome(ctx, dataclasses.replace(linear, culprits=("model",)))
     assert wrong == sc.Outcome(

@@ -1,11 +1,11 @@
 # ruff: noqa: E501 - the users' code keeps its own long lines
 """Device bugs from public reports, shrunk to a few lines with the users' own names.
 
-Each case runs on a CPU-only machine: ``DEVICE = torch.device("meta")`` stands in for
-``cuda`` (meta raises PyTorch's real device-mismatch errors), and the no-CUDA cases raise
-this CPU build's own messages. A case is *fully solved* when ``%%devcheck`` names the right
-kind and culprit and its one-line fix, applied where the tool says, makes the cell run (or
-fail only with the later error the case names: a meta tensor has no values to read).
+Each case runs on a CPU-only machine: ``DEVICE = torch.device("cuda")`` on the emulated GPU
+(``%emulate_cuda on``: CUDA's own device-mismatch messages, values computed on the CPU),
+and the no-CUDA cases (kinds ``no_cuda``, ``deserialize_device``) without it, on this
+build's own messages. A case is *fully solved* when ``%%devcheck`` names the right kind and
+culprit and its one-line fix, applied where the tool says, makes the cell run.
 
 Fields: ``setup`` runs first (as a cell); ``helper`` is a ``(module file, source)`` written to a
 temporary directory on ``sys.path`` (``library=True``: under a ``site-packages`` folder, so it
@@ -20,7 +20,7 @@ from typing import Optional
 
 PRE = """import torch, torch.nn as nn, numpy as np
 import torch.nn.functional as F
-DEVICE = torch.device("meta")
+DEVICE = torch.device("cuda")
 """
 
 
@@ -34,7 +34,6 @@ class Case:
     culprit: Optional[str]
     helper: Optional[tuple[str, str]] = None
     library: bool = False
-    later: Optional[str] = None  # "ExcType: message start" the fixed cell may still raise
 
 
 CASES = [
@@ -230,7 +229,7 @@ pair = torch.randn(5, 16, device=DEVICE)
         queries, keys = self.W_query(x), self.W_key(x)
         attn_scores = queries @ keys.transpose(1, 2)
         mask = torch.triu(torch.ones(num_tokens, num_tokens), diagonal=1).bool()
-        attn_scores = attn_scores.masked_fill(mask, -torch.inf)  # meta checks the out-of-place op
+        attn_scores = attn_scores.masked_fill(mask, -torch.inf)
         return torch.softmax(attn_scores, dim=-1)
 ca = CausalAttention(6, 4).to(DEVICE)
 inputs = torch.randn(2, 5, 6, device=DEVICE)
@@ -336,7 +335,6 @@ embedded = torch.randn(3, 7, 8, device=DEVICE)
         "input_lengths = torch.tensor([7, 5, 2]).to(DEVICE)\npacked = pack_padded_sequence(embedded, input_lengths, batch_first=True)",
         "device_mismatch",
         "input_lengths",
-        later="NotImplementedError: Cannot copy out of meta tensor",  # .cpu() of a meta tensor
     ),
     Case(
         "pack_padded_in_encoder_forward",
@@ -356,7 +354,6 @@ output_lengths = torch.tensor([9, 6, 3], device=DEVICE)
         "packed = encoder(feats, output_lengths)",
         "device_mismatch",
         "output_lengths",
-        later="NotImplementedError: Cannot copy out of meta tensor",  # meta packs no data
     ),
     # --- inputs that never reached the device -----------------------------------------
     Case(
@@ -503,7 +500,7 @@ def generate_fake(netG, real):
         super().__init__()
         self.layer0 = nn.Linear(4, 4)
         self.layer1 = nn.Linear(4, 4).to(DEVICE)   # split on purpose, as device_map does
-        self.hf_device_map = {"layer0": "cpu", "layer1": "meta"}
+        self.hf_device_map = {"layer0": "cpu", "layer1": "cuda:0"}
     def forward(self, x):
         h = self.layer0(x)
         return self.layer1(h.to(self.layer1.weight.device))
@@ -565,7 +562,6 @@ wacc, iacc = torch.tensor(0.5, device=DEVICE), torch.tensor(0.7, device=DEVICE)
         "meters = meters + np.array([kl_div, wacc * 100, iacc * 100])",
         "numpy_device",
         "wacc",
-        later="NotImplementedError: Cannot copy out of meta tensor",
     ),
     # --- dtype of variables the cell creates --------------------------------------------
     Case(

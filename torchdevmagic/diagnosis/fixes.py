@@ -106,17 +106,6 @@ def device_variable(namespace: Optional[Mapping[str, Any]]) -> Optional[tuple[st
     return None
 
 
-def names_meta(namespace: Optional[Mapping[str, Any]]) -> bool:
-    """Does a variable of the namespace name the meta device (``TARGET = "meta"``)?"""
-    if type(namespace) is not dict:
-        return False
-    for value in list(dict.values(namespace)):
-        dev = device_of(value)
-        if dev is not None and device_type(dev) == "meta":
-            return True
-    return False
-
-
 def move_fix(value: Value, dev: str) -> str:
     """``x = x.to(dev)``; in-place ``model.to(dev)`` for modules; containers rebuilt; a
     distribution's tensors moved in its instance dict."""

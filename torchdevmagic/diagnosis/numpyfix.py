@@ -75,13 +75,20 @@ def numpy_fix(stmt: Optional[ast.stmt], culprits: list[Value], source: str) -> O
         sp.suffix(r, ".cpu()" if _detached(r) else ".detach().cpu()")
     if receivers:
         return sp.text()
-    if culprits:  # np.asarray(x), np.mean(x): the culprit itself goes to the host
-        e = culprits[0].expression
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.expr) and ast.unparse(node) == e:
-                sp.suffix(node, ".detach().cpu()")
-                return sp.text()
-    return None
+    # np.asarray(x), np.array([a, b]): each culprit itself goes to the host, every place the
+    # line reads it (moving the first alone leaves the conversion failing on the next)
+    names = {v.expression for v in culprits}
+    found = _reads(stmt, names)
+    for node in found:
+        sp.suffix(node, ".detach().cpu()")
+    return sp.text() if found else None
+
+
+def _reads(node: ast.AST, names: set[str]) -> list[ast.expr]:
+    """The outermost expressions of ``node`` whose text is one of ``names``."""
+    if isinstance(node, ast.expr) and ast.unparse(node) in names:
+        return [node]
+    return [e for child in ast.iter_child_nodes(node) for e in _reads(child, names)]
 
 
 def converted_unnamed(stmt: Optional[ast.stmt], culprits: list[Value]) -> list[str]:

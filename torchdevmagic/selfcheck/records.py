@@ -56,8 +56,9 @@ class Check:
 class Context:
     """What checks share: torch, the device under test, a shell factory, a scratch folder.
 
-    ``device`` is ``"cuda:0"`` in a real run; the tests pass ``"meta"`` or ``"cpu"`` to
-    drive the device-agnostic checks on a machine without a GPU.
+    ``device`` is ``"cuda:0"``: a real GPU in a real run, the emulated one (``%emulate_cuda
+    on``) when the tests drive the device-agnostic checks on a machine without a GPU; ``"cpu"``
+    for the checks that only count bytes.
     """
 
     def __init__(

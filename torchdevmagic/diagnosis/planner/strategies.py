@@ -30,13 +30,9 @@ def meta_model(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     """Data met a model wholly on ``meta`` (built under accelerate's ``init_empty_weights`` or
     ``torch.device("meta")``): moving the data to meta would run and compute nothing, a meta
     tensor has no values. The model gets memory where the data is and values in it:
-    ``to_empty``, then each layer's ``reset_parameters``. Not when a variable of the user's
-    names meta (``DEVICE = "meta"``, the demo notebook's ``TARGET``): that notebook put the
-    model on meta on purpose, standing in for a GPU."""
+    ``to_empty``, then each layer's ``reset_parameters``."""
     named, target, namespace = c.named, c.target, c.namespace
     if fx.device_type(target) != "meta" or not named or not named[0].devices:
-        return None
-    if fx.names_meta(namespace):
         return None
     real = named[0].devices[0]
     if fx.device_type(real) == "meta":
