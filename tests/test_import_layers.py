@@ -1,13 +1,16 @@
-"""Imports go one way: records <- render <- the results users hold (DevicesReport,
-DevicesDiff, FreeReport). Every import statement counts, at module level or inside a
-function or an ``if TYPE_CHECKING:`` block: a cycle through any of them is a cycle."""
+"""Imports go one way, down the layers docs/architecture.md draws (records <- render <- the
+results users hold), with no import cycle anywhere in the package; and that page names every
+module of the package, one line each. Every import statement counts, at module level or
+inside a function or an ``if TYPE_CHECKING:`` block: a cycle through any of them is a cycle."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "torchdevmagic"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
 def module_names() -> dict[str, tuple[Path, bool]]:
@@ -121,3 +124,93 @@ def test_records_import_no_renderer_and_renderers_no_result() -> None:
     for module, imported in graph.items():
         if module.startswith("torchdevmagic.render"):
             assert not imported & results, (module, imported & results)
+
+
+def test_no_import_cycle_anywhere_in_the_package() -> None:
+    assert cycles(import_graph()) == []
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """The fenced blocks of a Markdown page, each as its lines."""
+    return [b.strip("\n").splitlines() for b in re.findall(r"^```\n(.*?)^```", text, re.S | re.M)]
+
+
+def drawn_layers() -> list[list[str]]:
+    """The layers of docs/architecture.md, lowest first: each a list of module names
+    (``env.facts``, ``render``; ``""`` for the package's __init__)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    (block,) = [b for b in _blocks(text) if b[0].startswith("base ")]
+    layers = []
+    for line in block:
+        entries = line.split()[1:]
+        names = [e.removesuffix("/").removesuffix(".py").replace("/", ".") for e in entries]
+        layers.append(["" if n == "__init__" else n for n in names])
+    return layers
+
+
+def layer_of(module: str, layers: list[list[str]]) -> int:
+    """The layer of the longest drawn entry that contains ``module``."""
+    name = module.removeprefix("torchdevmagic").removeprefix(".")
+    found = [
+        (len(entry), i)
+        for i, entries in enumerate(layers)
+        for entry in entries
+        if name == entry or name.startswith(entry + ".") or (entry == "" and name == "")
+    ]
+    assert found, f"{module} is in no layer of docs/architecture.md"
+    return max(found)[1]
+
+
+def test_the_layer_finder_reads_the_page() -> None:
+    layers = drawn_layers()
+    assert layer_of("torchdevmagic.records", layers) == 0
+    assert layer_of("torchdevmagic.env.facts", layers) < layer_of(
+        "torchdevmagic.render.env", layers
+    )
+    assert layer_of("torchdevmagic.render.env", layers) < layer_of(
+        "torchdevmagic.env.report", layers
+    )
+    assert layer_of("torchdevmagic", layers) == len(layers) - 1
+
+
+def test_every_import_points_down_the_drawn_layers() -> None:
+    layers = drawn_layers()
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        for target in sorted(targets)
+        if layer_of(target, layers) > layer_of(module, layers)
+    ]
+    assert upward == [], upward
+
+
+_ROOTS = {"torchdevmagic/": "torchdevmagic", "emulate/": "torchdevmagic/emulate"}
+_ROOTS["diagnosis/"] = "torchdevmagic/diagnosis"
+
+
+def drawn_tree() -> dict[str, str]:
+    """Each module the page's trees name (``torchdevmagic/safe/paths.py``) -> its line."""
+    out: dict[str, str] = {}
+    for block in _blocks(ARCHITECTURE.read_text(encoding="utf-8")):
+        if block[0] not in _ROOTS:
+            continue
+        stack = [(-1, _ROOTS[block[0]])]
+        for line in block[1:]:
+            indent = len(line) - len(line.lstrip())
+            name, _, words = line.strip().partition(" ")
+            assert name.endswith(("/", ".py")) and words.strip(), f"not one line a module: {line}"
+            while stack[-1][0] >= indent:
+                stack.pop()
+            path = f"{stack[-1][1]}/{name.removesuffix('/')}"
+            if name.endswith("/"):
+                stack.append((indent, path))
+            else:
+                out[path] = words.strip()
+    return out
+
+
+def test_the_architecture_page_names_every_module_once() -> None:
+    drawn = drawn_tree()
+    modules = {str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*.py")}
+    assert sorted(modules - set(drawn)) == [], "modules without a line in docs/architecture.md"
+    assert sorted(set(drawn) - modules) == [], "lines in docs/architecture.md for no module"
