@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Callable, Optional
 
 from torchdevmagic.gpu.memory import quiet_device_count
-from torchdevmagic.gpu.nvml import Nvml, _error_text, default_nvml, known, visible_devices
+from torchdevmagic.gpu.nvml import Nvml, default_nvml, error_text, known, visible_devices
 
 _UNSET: Any = object()
 
@@ -76,7 +76,7 @@ def _try(fn: Callable[[], Any], notes: list[str], label: str, default: Any = Non
     try:
         return fn()
     except Exception as exc:
-        notes.append(f"{label}: {_error_text(exc)}")
+        notes.append(f"{label}: {error_text(exc)}")
         return default
 
 

@@ -13,10 +13,10 @@ from torchdevmagic.gpu.nvml import (
     Nvml,
     NvmlDevice,
     VisibleDevices,
-    _error_text,
-    _norm_uuid,
     default_nvml,
+    error_text,
     known,
+    norm_uuid,
     visible_devices,
 )
 from torchdevmagic.records import DeviceMemory
@@ -150,7 +150,7 @@ def _attempt(fn: Callable[[], T], notes: list[str], label: str) -> Optional[T]:
     try:
         return fn()
     except Exception as exc:
-        notes.append(f"{label}: {_error_text(exc)}")
+        notes.append(f"{label}: {error_text(exc)}")
         return None
 
 
@@ -226,7 +226,7 @@ def _by_uuid(
     if uuid is None:
         return None, None
     for device in devices:
-        if _norm_uuid(device.uuid) == _norm_uuid(uuid):
+        if norm_uuid(device.uuid) == norm_uuid(uuid):
             return device, uuid
     return None, uuid
 

@@ -40,7 +40,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
 
@@ -103,14 +103,14 @@ class Nvml:
         try:
             module = self._load()
         except Exception as exc:
-            return f"pynvml failed to import: {_error_text(exc)}"
+            return f"pynvml failed to import: {error_text(exc)}"
         if module is None:
             return "NVML not available: pip install nvidia-ml-py"
         try:
             module.nvmlInit()
         except Exception as exc:
             # No driver gives "NVML Shared Library Not Found" / "Driver Not Loaded".
-            return f"NVML not available ({_error_text(exc)})"
+            return f"NVML not available ({error_text(exc)})"
         self._module = module
         return None
 
@@ -123,7 +123,7 @@ class Nvml:
         try:
             return read(self._module)
         except Exception as exc:
-            return NotAvailable(f"{label}: {_error_text(exc)}")
+            return NotAvailable(f"{label}: {error_text(exc)}")
 
     def devices(self) -> Answer[list[NvmlDevice]]:
         """Physical GPUs in NVML order, each followed by its MIG instances."""
@@ -234,7 +234,7 @@ class VisibleDevices:
 _INDEX = re.compile(r"\s*\+?(\d+)")
 
 
-def _norm_uuid(uuid: str) -> str:
+def norm_uuid(uuid: str) -> str:
     """UUID without its ``GPU-``/``MIG-`` prefix, lower case: torch prints it bare."""
     text = uuid.strip().lower()
     for prefix in ("gpu-", "mig-"):
@@ -260,7 +260,7 @@ def visible_devices(value: Optional[str], devices: Sequence[NvmlDevice]) -> Visi
         entry = raw.strip()
         if entry.upper().startswith(("GPU-", "MIG-")):
             pool = [d for d in devices if d.is_mig == entry.upper().startswith("MIG-")]
-            matches = [d for d in pool if _norm_uuid(d.uuid).startswith(_norm_uuid(entry))]
+            matches = [d for d in pool if norm_uuid(d.uuid).startswith(norm_uuid(entry))]
             device = matches[0] if len(matches) == 1 else None
         else:
             match = _INDEX.match(entry)

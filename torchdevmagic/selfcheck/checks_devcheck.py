@@ -16,7 +16,7 @@ from torchdevmagic.selfcheck.records import (
     failed,
     passed,
 )
-from torchdevmagic.selfcheck.runner import _setup, run_ok, run_script
+from torchdevmagic.selfcheck.runner import run_ok, run_script, setup_cell
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ SCENARIOS = (
 def devcheck_outcome(ctx: Context, scenario: Scenario) -> Outcome:
     """Run the failing cell under %%devcheck, check the culprits, apply the fix, re-run."""
     shell = ctx.shell()
-    _setup(ctx, shell, scenario.setup.format(tmp=ctx.tmpdir))
+    setup_cell(ctx, shell, scenario.setup.format(tmp=ctx.tmpdir))
     cell = "%%devcheck\n" + scenario.body
     earlier = shell.run_line_magic("devcheck", "-o")  # the magic keeps the last Diagnosis
     first = shell.run_cell(cell)
@@ -186,7 +186,7 @@ def check_oom(ctx: Context) -> Outcome:
     # A genuine shortage, not a shape bug: every request is smaller than the device.
     hog, acts, ask = int(free * 0.6), int(free * 0.1), int(free * 0.5)
     shell = ctx.shell()
-    _setup(ctx, shell, OOM_SETUP.format(hog=hog, acts=acts))
+    setup_cell(ctx, shell, OOM_SETUP.format(hog=hog, acts=acts))
     earlier = shell.run_line_magic("devcheck", "-o")
     result = shell.run_cell(
         f"%%devcheck\nboom = torch.empty({ask}, dtype=torch.uint8, device=DEVICE)"

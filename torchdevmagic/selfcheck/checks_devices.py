@@ -15,7 +15,7 @@ from torchdevmagic.selfcheck.records import (
     failed,
     passed,
 )
-from torchdevmagic.selfcheck.runner import _setup, run_script
+from torchdevmagic.selfcheck.runner import run_script, setup_cell
 
 DEVICES_SETUP = """
 model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 10)).to(DEVICE)
@@ -26,7 +26,7 @@ labels = torch.randint(0, 10, (512,), device=DEVICE)
 
 def _devices_report(ctx: Context) -> tuple[Any, Any]:
     shell = ctx.shell()
-    _setup(ctx, shell, DEVICES_SETUP)
+    setup_cell(ctx, shell, DEVICES_SETUP)
     return shell, shell.run_line_magic("devices", "-o")
 
 
@@ -89,7 +89,7 @@ def check_devices_nvml(ctx: Context) -> Outcome:
 def check_devices_no_sync(ctx: Context) -> Outcome:
     torch = ctx.torch
     shell = ctx.shell()
-    _setup(ctx, shell, DEVICES_SETUP)
+    setup_cell(ctx, shell, DEVICES_SETUP)
     previous = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
     try:

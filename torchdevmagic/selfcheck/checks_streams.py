@@ -15,7 +15,7 @@ from torchdevmagic._format import format_bytes, format_ms
 from torchdevmagic.selfcheck.checks_timing import event_median_ms
 from torchdevmagic.selfcheck.judge import agreement_outcome
 from torchdevmagic.selfcheck.records import CheckFailed, Context, Outcome, failed, passed
-from torchdevmagic.selfcheck.runner import _setup, run_ok
+from torchdevmagic.selfcheck.runner import run_ok, setup_cell
 from torchdevmagic.timing.verdict import NOTHING_QUEUED
 
 SLEEP_CYCLES = 200_000_000  # ~0.1-0.2 s on current GPUs: longer than any launch gap
@@ -24,7 +24,7 @@ SMALL_AGREEMENT = 0.15  # small kernels: launch gaps are part of both figures, n
 
 def _shell(ctx: Context, code: str = "") -> Any:
     shell = ctx.shell()
-    _setup(ctx, shell, code)
+    setup_cell(ctx, shell, code)
     return shell
 
 

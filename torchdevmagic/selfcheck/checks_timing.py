@@ -14,7 +14,7 @@ from torchdevmagic.selfcheck.records import (
     failed,
     passed,
 )
-from torchdevmagic.selfcheck.runner import _setup, run_ok
+from torchdevmagic.selfcheck.runner import run_ok, setup_cell
 
 MATMUL_SIZE = 8192
 BF16_TOLERANCE = 1e-2  # relative Frobenius error of a bf16 matmul against an fp32 reference
@@ -31,7 +31,7 @@ torch.cuda.synchronize()
 
 def _matmul_shell(ctx: Context, extra: str = "") -> Any:
     shell = ctx.shell()
-    _setup(ctx, shell, MATMUL_SETUP.format(n=MATMUL_SIZE) + extra)
+    setup_cell(ctx, shell, MATMUL_SETUP.format(n=MATMUL_SIZE) + extra)
     return shell
 
 
@@ -186,7 +186,7 @@ d = a1 @ b1
 def check_cuda_time_second_gpu(ctx: Context) -> Outcome:
     torch = ctx.torch
     shell = ctx.shell()
-    _setup(ctx, shell, SECOND_GPU_SETUP)
+    setup_cell(ctx, shell, SECOND_GPU_SETUP)
     before = int(torch.cuda.current_device())
     result = run_ok(shell, SECOND_GPU_CELL)
     after = int(torch.cuda.current_device())

@@ -112,7 +112,7 @@ def run_ok(shell: Any, code: str) -> Any:
     return result.result
 
 
-def _setup(ctx: Context, shell: Any, code: str = "") -> None:
+def setup_cell(ctx: Context, shell: Any, code: str = "") -> None:
     run_ok(shell, f"import torch, torch.nn as nn\nDEVICE = torch.device({ctx.device!r})\n{code}")
 
 
