@@ -156,8 +156,9 @@ def _train(device: str, opt_cls: Any, steps: int = 4, **opt_kwargs: Any) -> list
     opt = opt_cls(model.parameters(), lr=1e-2, **opt_kwargs)
     losses = []
     for _ in range(steps):
-        x = torch.randn(4, 3, 8, 8, device=device)
-        y = torch.randint(0, 10, (4,), device=device)
+        # drawn on the CPU and moved: each GPU has its own generator, as on a real one
+        x = torch.randn(4, 3, 8, 8).to(device)
+        y = torch.randint(0, 10, (4,)).to(device)
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

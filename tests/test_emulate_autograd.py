@@ -41,8 +41,9 @@ def _steps(device: str, make: Callable[[], Any], data: Callable[[], Any], opt_cl
     x, loss_of = data()
     x = x.to(device)
     seen = []
-    for _ in range(2):
+    for step in range(2):
         opt.zero_grad()
+        torch.manual_seed(1 + step)  # dropout's masks: the CPU's and each GPU's seeded alike
         loss = loss_of(model(x))
         loss.backward()
         grads = [p.grad for p in model.parameters()]
@@ -194,16 +195,21 @@ def test_a_random_op_in_a_mix_cuda_allows_draws_once() -> None:
     # the check must not draw, or the mask and every later draw differ from the CPU's.
     # (Emulation takes bernoulli_ for a TensorIterator op, as native_functions.yaml's comment
     # does, and refuses a CPU p of more than 0 dims, which CUDA moves: not handled here.)
-    def run(device: str) -> Any:
+    # The mix's masks and the next draw equal those of the same op with its probabilities on
+    # the GPU, which runs once (each GPU draws from its own generator: not the CPU's stream).
+    def run(device: str, p_device: str) -> Any:
         torch.manual_seed(4)
         w = torch.randn(3, 4).to(device).requires_grad_()
-        mask = (w * 1).bernoulli_(torch.tensor(0.5))  # (a 0-dim one: see the note below)
-        return mask.detach().cpu(), torch.rand(3)
+        p = torch.tensor(0.5, device=p_device)
+        mask = (w * 1).bernoulli_(p)  # (a 0-dim one: see the note below)
+        return mask.detach().cpu(), torch.rand(3, device=device).cpu()
 
-    cpu = run("cpu")
+    cpu = run("cpu", "cpu")
     with emulate_cuda():
-        emulated = run("cuda")
-    assert torch.equal(cpu[0], emulated[0]) and torch.equal(cpu[1], emulated[1])
+        mixed = run("cuda", "cpu")
+        single = run("cuda", "cuda")
+    assert torch.equal(mixed[0], single[0]) and torch.equal(mixed[1], single[1])
+    assert 0 < int(mixed[0].sum()) < 12 and cpu[0].shape == mixed[0].shape
 
 
 def test_a_users_autograd_function_records_its_node(emu: Any) -> None:

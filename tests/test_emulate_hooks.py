@@ -56,7 +56,7 @@ def scale_grad_output(module, grad_output):
     return (grad_output[0] * torch.full(grad_output[0].shape, 2.0, device=DEVICE),)
 model[2].register_full_backward_hook(scale_grad_input)
 model[2].register_full_backward_pre_hook(scale_grad_output)
-model(torch.randn(5, 4, device=DEVICE)).sum().backward()
+model(torch.randn(5, 4).to(DEVICE)).sum().backward()  # (each GPU has its own generator)
 grads = [p.grad.cpu() for p in model.parameters()]
 """
 
@@ -255,7 +255,7 @@ import torch
 from torch import nn
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)).to(DEVICE)
-x = torch.randn(4, 8, device=DEVICE)
+x = torch.randn(4, 8).to(DEVICE)  # (each GPU has its own generator)
 with torch.autograd.graph.save_on_cpu(pin_memory=PIN):
     loss = model(x).sum()
 loss.backward()

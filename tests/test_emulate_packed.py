@@ -44,8 +44,9 @@ class Encoder(nn.Module):
 def _encoder_step(device: str) -> dict[str, Any]:
     torch.manual_seed(0)
     enc = Encoder(input_dim=20, emb_dim=8, enc_hid_dim=6, dec_hid_dim=5).to(device)
-    src = torch.randint(1, 20, (7, 3), device=device)  # [src len, batch size]
+    src = torch.randint(1, 20, (7, 3)).to(device)  # [src len, batch size]
     src_len = torch.tensor([7, 5, 2], device=device)  # sorted, as the tutorial's iterator
+    torch.manual_seed(1)  # dropout's mask: the CPU's and each GPU's generator seeded alike
     outputs, hidden = enc(src, src_len)
     loss = outputs.sum() + hidden.sum()
     loss.backward()
@@ -69,7 +70,7 @@ def _round_trip(device: str, kind: str, enforce_sorted: bool, grad: bool) -> dic
     torch.manual_seed(0)
     net = getattr(nn, kind)(4, 3, batch_first=True).to(device)
     net.requires_grad_(grad)
-    x = torch.randn(2, 5, 4, device=device)
+    x = torch.randn(2, 5, 4).to(device)  # (each GPU has its own generator)
     packed = rnn_utils.pack_padded_sequence(
         x, torch.tensor([5, 3]), batch_first=True, enforce_sorted=enforce_sorted
     )

@@ -27,6 +27,7 @@ from torchdevmagic.emulate.core.sizes import refused
 from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, inner_of, wrap
 from torchdevmagic.emulate.cuda import pinned as _pinned
 from torchdevmagic.emulate.cuda.devices import Devices
+from torchdevmagic.emulate.cuda.random import Rng, device_of_call
 
 _CPU = torch.device("cpu")
 _function_modes = torch._C._len_torch_function_stack
@@ -59,6 +60,9 @@ class PlacementMode(TorchFunctionMode):
         }
         self.handlers[torch.device] = _device_constructor
         self.handlers.update(_rnn.handlers())
+        # the session's random state (cuda/random): the calls that draw go through it
+        self.rng: Optional[Rng] = None
+        self.draws: frozenset[Any] = frozenset()
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
@@ -66,35 +70,54 @@ class PlacementMode(TorchFunctionMode):
         __tracebackhide__ = True  # IPython and pytest show the caller
         try:
             kwargs = kwargs or {}
-            handler = self.handlers.get(func)
-            if handler is not None:
-                return handler(func, args, kwargs)
-            device = kwargs.get("device")
-            if (
-                device is None
-                and (_default.CURRENT_DEVICE is not None or self.default_cuda)
-                and func in _constructors()
-            ):
-                # torch.set_default_device("cuda"): its mode sits below ours, so the device
-                # it fills in would reach C++ without us; fill it in here. A default tensor
-                # type of CUDA's (cuda/legacy) means the current GPU, unless a default
-                # device says otherwise.
-                device = _default.CURRENT_DEVICE
-                device = "cuda" if device is None else device
-            if device is not None:
-                target = self.devices.resolve(device)
-                if target is not None:
-                    return self._factory(func, args, kwargs, target)
-            if kwargs.get("pin_memory"):  # on the CPU: pinned, as a GPU machine has it
-                return _pinned.factory(func, args, kwargs)
-            if _function_modes():  # a user's torch function mode underneath sees our tensors
-                return func(*args, **kwargs)
-            return handle(func, args, kwargs)
+            if func in self.draws:  # a random op: it draws from its device's generator
+                return self._random(func, args, kwargs)
+            return self._place(func, args, kwargs)
         except _OutOfMemory as exc:
             raise unpinned(exc) from None  # CUDA out of memory on the emulated GPU
         except Exception as exc:
             args, kwargs = (), None  # this frame stays in the traceback: it holds no tensor
             raise released(exc)  # the error itself, its own cause kept
+
+    def _place(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        handler = self.handlers.get(func)
+        if handler is not None:
+            return handler(func, args, kwargs)
+        device = self._device(func, kwargs)
+        if device is not None:
+            target = self.devices.resolve(device)
+            if target is not None:
+                return self._factory(func, args, kwargs, target)
+        if kwargs.get("pin_memory"):  # on the CPU: pinned, as a GPU machine has it
+            return _pinned.factory(func, args, kwargs)
+        if _function_modes():  # a user's torch function mode underneath sees our tensors
+            return func(*args, **kwargs)
+        return handle(func, args, kwargs)
+
+    def _device(self, func: Any, kwargs: dict[str, Any]) -> Any:
+        """A call's ``device=``, or the default device a factory gets without one."""
+        device = kwargs.get("device")
+        if (
+            device is None
+            and (_default.CURRENT_DEVICE is not None or self.default_cuda)
+            and func in _constructors()
+        ):
+            # torch.set_default_device("cuda"): its mode sits below ours, so the device
+            # it fills in would reach C++ without us; fill it in here. A default tensor
+            # type of CUDA's (cuda/legacy) means the current GPU, unless a default
+            # device says otherwise.
+            device = _default.CURRENT_DEVICE
+            device = "cuda" if device is None else device
+        return device
+
+    def _random(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        device = device_of_call(args, kwargs)
+        if device is None:  # a factory's
+            device = self.devices.resolve(self._device(func, kwargs))
+        assert self.rng is not None  # (draws is empty without it)
+        return self.rng.call(device, func, kwargs, lambda kw: self._place(func, args, kw))
 
     def _factory(self, func: Any, args: Any, kwargs: dict[str, Any], target: torch.device) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller

@@ -351,12 +351,6 @@ class CudaStandIns:
     def is_current_stream_capturing(self) -> bool:
         return False
 
-    def manual_seed(self, seed: int) -> None:
-        return None  # the emulated GPU draws from the CPU generator (torch.manual_seed)
-
-    def manual_seed_all(self, seed: int) -> None:
-        return None
-
     def device_context(self) -> type:
         standins = self
 
@@ -412,8 +406,6 @@ class CudaStandIns:
             "set_stream",
             "stream",
             "is_current_stream_capturing",
-            "manual_seed",
-            "manual_seed_all",
         ]
         table: dict[str, Any] = {name: getattr(self, name) for name in names}
         table["_lazy_init"] = self.init

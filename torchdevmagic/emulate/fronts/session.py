@@ -21,8 +21,8 @@ from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import serialize as _serialize
-from torchdevmagic.emulate.core import torchscript as _torchscript
 from torchdevmagic.emulate.core import tensor as _tensor
+from torchdevmagic.emulate.core import torchscript as _torchscript
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
 from torchdevmagic.emulate.cuda import ddp as _ddp
 from torchdevmagic.emulate.cuda import distributed as _distributed_emulation
@@ -32,6 +32,7 @@ from torchdevmagic.emulate.cuda import parallel as _parallel
 from torchdevmagic.emulate.cuda import patches as _patches
 from torchdevmagic.emulate.cuda import pinned as _pinned
 from torchdevmagic.emulate.cuda import placement as _placement
+from torchdevmagic.emulate.cuda import random as _random
 from torchdevmagic.emulate.cuda.autocast import Regions
 from torchdevmagic.emulate.cuda.devices import Devices
 from torchdevmagic.emulate.cuda.memory import Ledger
@@ -318,8 +319,17 @@ def _distributed(p: _patches.Patcher, mode: PlacementMode) -> None:
 
 
 def _placements(p: _patches.Patcher, session: Session) -> None:
-    """The ways onto a GPU that the placement mode does not see: torch.cuda.FloatTensor and
-    its kin, a default tensor type of theirs (cuda/legacy), torch.range's binding."""
+    """CUDA's random state (cuda/random), and the ways onto a GPU that the placement mode
+    does not see: torch.cuda.FloatTensor and its kin, a default tensor type of theirs
+    (cuda/legacy), torch.range's binding."""
+    rng = _random.Rng(session.devices)
+    p.set(torch.cuda, "default_generators", rng.generators)
+    p.set(torch, "Generator", rng.Generator)
+    for name, value in rng.patches(session.cuda).items():
+        p.set(torch.cuda.random, name, value)
+    p.set(session.mode, "rng", rng)
+    p.set(session.mode, "draws", rng.draws)
+    rng.replay_seeds()
     for name, value in _legacy.stand_ins(session.devices).items():
         p.set(torch.cuda, name, value)
     default_type = _legacy.default_type_standin(torch.set_default_tensor_type, session.mode)
