@@ -23,6 +23,7 @@ if not dist.is_available():  # pragma: no cover - every CI torch has it
     pytest.skip("torch without torch.distributed", allow_module_level=True)
 
 from _distributed import NO_CPU_BACKEND, ddp_no_sync_and_unused, free_port, spawn_two  # noqa: E402
+from _fixrun import fails_then_fixed  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
@@ -180,3 +181,32 @@ def test_the_multigpu_page_s_example_runs(tmp_path: Path) -> None:
         [sys.executable, str(script)], capture_output=True, text=True, env=env, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+DDP_CPU_MODEL = (
+    "DistributedDataParallel device_ids and output_device arguments only work with "
+    "single-device/multiple-device GPU modules or CPU modules, but got device_ids [0], "
+    "output_device None, and module parameters {device(type='cpu')}."
+)
+
+
+def test_devcheck_moves_the_model_before_ddp_wraps_it(emu_shell: Any) -> None:
+    """DDP wrapping a model left on the CPU (pytorch/examples#969's shape): %%devcheck names
+    the model and the fix (move it first), and the cell runs with the fix pasted."""
+    setup = (
+        "import torch, torch.distributed as dist, torch.nn as nn\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        'dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)\n'
+        "rank = 0\n"
+        "model = nn.Linear(4, 2)"
+    )
+    try:
+        d = fails_then_fixed(
+            emu_shell, setup, "ddp = DDP(model, device_ids=[rank])", DDP_CPU_MODEL, ValueError
+        )
+        assert d.fix == 'model.to("cuda")'
+        assert d.rule == "ddp_device_ids_cpu_module"
+        assert emu_shell.user_ns["ddp"].module.weight.device == torch.device("cuda", 0)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

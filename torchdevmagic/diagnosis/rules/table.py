@@ -75,6 +75,13 @@ TABLE: tuple[Rule, ...] = (
         DEVICE, expected="cuda", odd="cpu", argument=1,
     ),
     c.check_same_gpu_index,
+    Row(
+        "ddp_device_ids_cpu_module",  # DistributedDataParallel(cpu_model, device_ids=[rank])
+        r"DistributedDataParallel device_ids and output_device arguments only work with "
+        r"single-device/multiple-device GPU modules or CPU modules, but got device_ids "
+        r"\[[^\]]*\], output_device \S+, and module parameters \{device\(type='(\w+)'",
+        DEVICE, expected="cuda", odd=1, argument="module",
+    ),
     # -- device mismatches one op family words its own way
     Row(
         "rnn_device",  # RNN/LSTM/GRU: the hidden state (or the module) is not with the input
