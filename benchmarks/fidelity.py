@@ -1,0 +1,414 @@
+"""Fidelity of the emulated GPU on another library's own test suite.
+
+    python benchmarks/fidelity.py CHECKOUT [--preset kornia] [--python PY] [--runs DIR]
+                                  [--paths tests/filters ...] [--only cpu|emulated] [--reuse]
+
+Runs a bounded subset of a library's tests (``--paths``, inside ``CHECKOUT``, a work tree of
+the library that the caller downloaded: nothing of it is kept here) twice, each in its own
+pytest process under ``nice``: on the CPU, and under ``pytest --emulate-cuda`` with the suite's
+own switch to its CUDA parametrisation (kornia: ``--device cuda``). Tests are matched by id,
+the device in the parametrisation set aside (``test_x[cpu-float32]`` and
+``test_x[cuda-float32]`` are one test), and it prints:
+
+- ran: tests in both runs; passed on both; CPU passes that were skipped when emulated (a
+  suite that probes ``torch.cuda.is_available()`` too early skips them: tested nothing);
+- false alarms: CPU passes, emulated fails, and the failure is not a known real GPU bug
+  (the preset names those it knows, each with where it was confirmed on hardware); their rate
+  is of the CPU-passing tests;
+- GPU bugs found: the failures of the preset's known GPU-bug families;
+- the failures grouped by cause (exception type and first line of its message, numbers
+  blanked), biggest first, each with the preset's name for that family where it has one,
+  and one command that reproduces it.
+
+Each run's records (one JSON line a test: id, outcome, exception, the innermost frame
+outside torch, whether it made a tensor on an emulated GPU) are kept in ``--runs DIR``;
+``--reuse`` reads them again instead of running, and ``--only emulated`` reruns one side
+(the CPU side does not change when the emulator does). The interpreter (``--python``) needs
+pytest, the library's test dependencies and torchdevmagic; this checkout goes first on its
+``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import linecache
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A cause seen before: ``pattern`` is searched in ``Type: message``."""
+
+    name: str
+    pattern: str
+    line: str = ""  # searched in the source line of the failing frame, when given
+    gpu_bug: bool = False  # a real GPU fails there too (confirmed on hardware)
+    likely_real: bool = False  # CUDA's rules refuse it too, not confirmed on hardware
+    owner: str = ""  # which part of the emulator it is about
+
+
+@dataclass(frozen=True)
+class Preset:
+    paths: tuple[str, ...]
+    cpu_args: tuple[str, ...]
+    emulated_args: tuple[str, ...]
+    families: tuple[Family, ...] = field(default_factory=tuple)
+
+
+PRESETS = {
+    "kornia": Preset(
+        paths=("tests/filters", "tests/losses", "tests/geometry", "tests/augmentation"),
+        cpu_args=("--device", "cpu"),
+        emulated_args=("--device", "cuda"),
+        families=(
+            Family(
+                "torch.where with a CPU condition that is not 0-dim (kornia's augmentation; "
+                "fails on a real GPU too, confirmed on hardware by kornia's maintainers)",
+                r"Expected all tensors to be on the same device",
+                line=r"torch\.where\(",
+                gpu_bug=True,
+            ),
+            Family(
+                "random parameters sampled on the CPU (not 0-dim) meet parameters on the GPU "
+                "in kornia's MixUp/CutMix generators called without set_rng_device_and_dtype: "
+                "CUDA refuses such a mix too (likely real; not confirmed on hardware)",
+                r"Expected all tensors to be on the same device, but found at least two devices",
+                line=r"batch_probs|cutmix_betas",
+                owner="kornia, likely real",
+                likely_real=True,
+            ),
+            Family(
+                "gradcheck's undefined-output-grad check (C++ autograd functions and the wrapper)",
+                r"Expected backward function to handle undefined output grads",
+                owner="autograd",
+            ),
+            Family(
+                "TorchScript (a scripted function reads the device as meta)",
+                r"TorchScript interpreter",
+                owner="torchscript",
+            ),
+            Family(
+                "a move that lands on meta, the wrapper's C++ device (seen: "
+                "torch.tensor(...).type_as(an emulated tensor))",
+                r"is on meta, different from other tensors on cuda",
+                owner="placement",
+            ),
+            Family(
+                "CUDA random state (manual_seed, get/set_rng_state, Generator)",
+                r"rng_state|manual_seed|[Gg]enerator",
+                owner="placement",
+            ),
+            Family("legacy CUDA tensor types", r"torch\.cuda\.\w+Tensor", owner="placement"),
+        ),
+    ),
+}
+
+# -- the reporter, loaded into each pytest run with -p ----------------------------------------
+REPORTER = r"""
+import json, os, re, sys, zlib
+import pytest
+
+_OUT = open(os.environ["FIDELITY_OUT"], "a", encoding="utf-8")
+_STATE = {}
+_SAMPLE = int(os.environ.get("FIDELITY_SAMPLE", "1"))
+_DEVICE = re.compile(r"(?<=[\[-])(cpu|cuda(?::\d+)?)(?=[\]-])")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    # A deterministic 1/N of the tests, the same on both sides (the device set aside).
+    if _SAMPLE > 1:
+        key = lambda i: zlib.crc32(_DEVICE.sub("<device>", i.nodeid).encode())  # noqa: E731
+        keep = [i for i in items if key(i) % _SAMPLE == 0]
+        config.hook.pytest_deselected(items=[i for i in items if key(i) % _SAMPLE])
+        items[:] = keep
+
+
+def _made():
+    mod = sys.modules.get("torchdevmagic.emulate.fronts.session")
+    session = mod.active() if mod is not None else None
+    return None if session is None else session.ledger.made
+
+
+def _frame(excinfo):
+    for entry in reversed(excinfo.traceback):
+        path = str(entry.path)
+        if "/torch/" not in path and "torchdevmagic" not in path and "/_pytest/" not in path:
+            return f"{os.path.relpath(path)}:{entry.lineno + 1}"
+    return ""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _STATE[item.nodeid] = {"id": item.nodeid, "outcome": "passed", "before": _made()}
+    yield
+    rec = _STATE.pop(item.nodeid)
+    before, after = rec.pop("before"), _made()
+    rec["gpu"] = before is not None and after is not None and after > before
+    _OUT.write(json.dumps(rec) + "\n")
+    _OUT.flush()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    rec = _STATE.get(item.nodeid)
+    if rec is None:
+        return
+    if hasattr(rep, "wasxfail"):
+        rec["outcome"] = "xpassed" if rep.passed else "xfailed"
+    elif rep.skipped and rec["outcome"] == "passed":
+        rec["outcome"] = "skipped"
+        longrepr = rep.longrepr
+        rec["reason"] = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr)[:300]
+    elif rep.failed and rec["outcome"] != "failed":
+        rec["outcome"] = "failed"
+        exc = call.excinfo.value if call.excinfo is not None else None
+        if exc is not None:
+            rec["type"] = type(exc).__name__
+            rec["message"] = str(exc)[:2000]
+            rec["frame"] = _frame(call.excinfo)
+"""
+
+_DEVICE = re.compile(r"(?<=[\[-])(cpu|cuda(?::\d+)?)(?=[\]-])")
+
+
+def sampled(key: str, sample: int) -> bool:
+    """In the deterministic 1/``sample`` of the tests (as the reporter chooses them)."""
+    return zlib.crc32(key.encode()) % sample == 0
+
+
+def match_key(nodeid: str) -> str:
+    """The test's id with the device of its parametrisation set aside."""
+    return _DEVICE.sub("<device>", nodeid)
+
+
+def cause(rec: dict[str, Any]) -> str:
+    """``Type: first line of the message``, numbers and addresses blanked, so that one bug
+    met by many parametrisations is one cause."""
+    message = rec.get("message", "").strip()
+    lines = [line for line in message.splitlines() if line.strip()]
+    first = lines[0] if lines else "(empty message)"
+    first = re.sub(r"0x[0-9a-f]+", "0x…", first)
+    first = re.sub(r"(?<![\w:])\d+(\.\d+)?(e-?\d+)?", "N", first)
+    return f"{rec.get('type', '?')}: {first[:200]}"
+
+
+def source_line(checkout: Path, frame: str) -> str:
+    path, _, lineno = frame.rpartition(":")
+    if not path or not lineno.isdigit():
+        return ""
+    return linecache.getline(str(checkout / path), int(lineno))
+
+
+def family_of(
+    rec: dict[str, Any], families: tuple[Family, ...], checkout: Path
+) -> Optional[Family]:
+    text = f"{rec.get('type', '')}: {rec.get('message', '')}"
+    for fam in families:
+        if not re.search(fam.pattern, text):
+            continue
+        if fam.line and not re.search(fam.line, source_line(checkout, rec.get("frame", ""))):
+            continue
+        return fam
+    return None
+
+
+def _has(python: str, module: str) -> bool:
+    probe = [python, "-c", f"import {module}"]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+def run_side(
+    python: str,
+    checkout: Path,
+    paths: list[str],
+    args: list[str],
+    out: Path,
+    *,
+    emulated: bool,
+    timeout: int,
+    emulator: Path,
+    sample: int,
+) -> float:
+    out.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "_fidelity_report.py").write_text(REPORTER)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([tmp, str(emulator), env.get("PYTHONPATH", "")]).strip(
+            os.pathsep
+        )
+        env["FIDELITY_OUT"] = str(out)
+        env["FIDELITY_SAMPLE"] = str(sample)
+        cmd = ["nice", "-n", "10", python, "-m", "pytest", "-p", "_fidelity_report"]
+        cmd += ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--tb=no", "--no-header"]
+        if timeout and _has(python, "pytest_timeout"):
+            cmd += [f"--timeout={timeout}"]
+        if emulated:
+            cmd += ["--emulate-cuda=1"]
+        cmd += [*args, *paths]
+        print("$", shlex.join(cmd), flush=True)
+        start = time.monotonic()
+        proc = subprocess.run(
+            cmd, cwd=checkout, env=env, capture_output=True, text=True, check=False
+        )
+        took = time.monotonic() - start
+        tail = [line for line in proc.stdout.splitlines() if line.strip()][-2:]
+        print("  ", " | ".join(tail), f"({took:.0f} s)", flush=True)
+        return took
+
+
+def load(path: Path) -> dict[str, dict[str, Any]]:
+    records: dict[str, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        records[match_key(rec["id"])] = rec
+    return records
+
+
+def report(
+    cpu: dict[str, dict[str, Any]],
+    emu: dict[str, dict[str, Any]],
+    preset: Preset,
+    repro: str,
+    checkout: Path,
+) -> None:
+    both = sorted(cpu.keys() & emu.keys())
+    cpu_pass = [k for k in both if cpu[k]["outcome"] == "passed"]
+    passed_both = [k for k in cpu_pass if emu[k]["outcome"] == "passed"]
+    skipped = [k for k in cpu_pass if emu[k]["outcome"] == "skipped"]
+    failing = [k for k in cpu_pass if emu[k]["outcome"] == "failed"]
+    gpu_bugs = [
+        k for k in failing if (f := family_of(emu[k], preset.families, checkout)) and f.gpu_bug
+    ]
+    alarms = [k for k in failing if k not in set(gpu_bugs)]
+    on_device = [k for k in both if "<device>" in k]
+    used = sum(1 for k in both if emu[k].get("gpu"))
+    print()
+    print(f"ran (in both runs)                 {len(both)}")
+    print(f"  device-parametrised              {len(on_device)}")
+    print(f"  made tensors on an emulated GPU  {used}")
+    print(f"CPU passes                         {len(cpu_pass)}")
+    print(f"passed on both                     {len(passed_both)}")
+    print(f"CPU passes, skipped when emulated  {len(skipped)}")
+    rate = 100.0 * len(alarms) / max(1, len(cpu_pass))
+    print(f"false alarms                       {len(alarms)}  ({rate:.2f}% of CPU passes)")
+    likely = [
+        k for k in alarms if (f := family_of(emu[k], preset.families, checkout)) and f.likely_real
+    ]
+    rest = 100.0 * (len(alarms) - len(likely)) / max(1, len(cpu_pass))
+    print(f"  of which likely real, unconfirmed {len(likely)}  (the others: {rest:.2f}%)")
+    print(f"GPU bugs found (known families)    {len(gpu_bugs)}")
+    only = set(cpu) ^ set(emu)
+    if only:
+        print(f"in one run only                    {len(only)}")
+    if skipped:
+        reasons = Counter(emu[k].get("reason", "") for k in skipped)
+        print("\nskipped when emulated, by reason:")
+        for reason, n in reasons.most_common(8):
+            print(f"  {n:5d}  {reason[:150]}")
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for k in failing:
+        fam = family_of(emu[k], preset.families, checkout)
+        groups[(fam.name if fam else "", cause(emu[k]))].append(k)
+    print("\nfailures where the CPU passes, by cause (biggest first):")
+    for (_, key), members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        rec = emu[members[0]]
+        fam = family_of(rec, preset.families, checkout)
+        label = "GPU bug" if fam and fam.gpu_bug else "false alarm"
+        if fam and fam.likely_real:
+            label = "false alarm, likely real"
+        if fam and fam.owner:
+            label += f" [{fam.owner}]"
+        print(f"\n{len(members):5d}  {label}: {fam.name if fam else 'unclassified'}")
+        print(f"       {key}")
+        if rec.get("frame"):
+            print(f"       at {rec['frame']}")
+        print(f"       repro: {repro} {shlex.quote(rec['id'])}")
+    owners = Counter(
+        (family_of(emu[k], preset.families, checkout) or Family("", "")).owner or "unclassified"
+        for k in alarms
+    )
+    if owners:
+        print("\nfalse alarms by part of the emulator:")
+        for owner, n in owners.most_common():
+            print(f"  {n:5d}  {owner}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("checkout", type=Path, help="a work tree of the library (with its tests)")
+    ap.add_argument("--preset", default="kornia", choices=sorted(PRESETS))
+    ap.add_argument("--python", default=sys.executable, help="interpreter that runs the tests")
+    ap.add_argument("--paths", nargs="+", help="test paths inside the checkout (preset's)")
+    ap.add_argument("--runs", type=Path, default=Path("fidelity-runs"), help="records kept here")
+    ap.add_argument("--only", choices=("cpu", "emulated"), help="run one side, reuse the other")
+    ap.add_argument("--reuse", action="store_true", help="read the kept records, run nothing")
+    ap.add_argument("--timeout", type=int, default=300, help="per test, s (pytest-timeout)")
+    ap.add_argument(
+        "--emulator",
+        type=Path,
+        default=ROOT,
+        help="the torchdevmagic tree to test (default: this one)",
+    )
+    ap.add_argument("--sample", type=int, default=1, help="run a deterministic 1/N of the tests")
+    ns = ap.parse_args(argv)
+    preset = PRESETS[ns.preset]
+    paths = ns.paths or list(preset.paths)
+    checkout = ns.checkout.resolve()
+    ns.runs.mkdir(parents=True, exist_ok=True)
+    cpu_out, emu_out = ns.runs / "cpu.jsonl", ns.runs / "emulated.jsonl"
+    if not ns.reuse:
+        if ns.only in (None, "cpu"):
+            run_side(
+                ns.python,
+                checkout,
+                paths,
+                list(preset.cpu_args),
+                cpu_out,
+                emulated=False,
+                timeout=ns.timeout,
+                emulator=ns.emulator,
+                sample=ns.sample,
+            )
+        if ns.only in (None, "emulated"):
+            run_side(
+                ns.python,
+                checkout,
+                paths,
+                list(preset.emulated_args),
+                emu_out,
+                emulated=True,
+                timeout=ns.timeout,
+                emulator=ns.emulator,
+                sample=ns.sample,
+            )
+    if not (cpu_out.exists() and emu_out.exists()):
+        return 0
+    repro = f"cd {shlex.quote(str(checkout))} && PYTHONPATH={shlex.quote(str(ns.emulator))} "
+    repro += shlex.join([ns.python, "-m", "pytest", "--emulate-cuda", *preset.emulated_args])
+    cpu, emu = load(cpu_out), load(emu_out)
+    if ns.sample > 1:  # records of a fuller run count only where the sample has them
+        cpu = {k: r for k, r in cpu.items() if sampled(k, ns.sample)}
+        emu = {k: r for k, r in emu.items() if sampled(k, ns.sample)}
+    report(cpu, emu, preset, repro, checkout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
