@@ -12,8 +12,6 @@ import pytest
 
 pytest.importorskip("torch")
 
-from torchdevmagic.diagnosis.planner import STRATEGIES
-
 ROOT = Path(__file__).resolve().parent.parent
 PRE = 'import torch, torch.nn as nn, torch.nn.functional as F\nDEVICE = torch.device("cuda")\n'
 
@@ -39,6 +37,8 @@ def _test_exists(ref: str) -> bool:
 
 
 def test_every_strategy_cites_a_public_report_and_an_existing_test() -> None:
+    from torchdevmagic.diagnosis.planner import STRATEGIES
+
     names = [s.name for s in STRATEGIES]
     assert len(names) == len(set(names))
     for s in STRATEGIES:
@@ -72,3 +72,205 @@ def test_a_failure_no_strategy_fixes_records_the_shape_that_fell_through(shell: 
     assert d.kind == "dtype_mismatch"
     assert d.fix is None and d.strategy == ""
     assert d.fell_through == "no culprit named"
+
+
+# ---------------------------------------------------------------- the fix checker
+
+
+def _case(name: str, url: str, setup: str, cell: str, culprit: str) -> Any:
+    from test_devcheck_real import Case
+
+    return Case(name, url, setup, cell, "device_mismatch", culprit)
+
+
+def _solved(shell: Any, case: Any) -> Any:
+    from test_devcheck_real import run_case
+
+    outcome = run_case(shell, case)
+    assert outcome.solved, (outcome.detail, outcome.fix)
+    return outcome
+
+
+def test_parameters_of_a_module_move_the_module(shell: Any) -> None:
+    # ``layer.weight = layer.weight.to(d)`` raises TypeError (a Parameter takes no plain
+    # tensor, pytorch#44022): the fix moves the module that holds them.
+    case = _case(
+        "functional_linear_with_cpu_layer_weights",
+        "https://github.com/pytorch/pytorch/issues/44022",
+        PRE + "layer = nn.Linear(4, 3)\nx = torch.randn(2, 4, device=DEVICE)\n",
+        "y = F.linear(x, layer.weight, layer.bias)",
+        "layer.weight",
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix == "layer.to(DEVICE)"
+    assert outcome.strategy == "parameter_owner"
+
+
+def test_a_list_made_in_a_helper_is_rebuilt_not_given_to(shell: Any) -> None:
+    # pytorch#52041: a sequence of CPU tensors that must go to the GPU. A list has no .to().
+    setup = PRE + (
+        "def embed(x):\n"
+        "    feats = []\n"
+        "    for i in range(3):\n"
+        "        feats.append(torch.ones(2))\n"
+        "    return x + torch.stack(feats).sum(0)\n"
+        "x = torch.randn(2, device=DEVICE)\n"
+    )
+    case = _case(
+        "list_of_cpu_tensors_stacked_in_helper",
+        "https://github.com/pytorch/pytorch/issues/52041",
+        setup,
+        "y = embed(x)",
+        "feats",
+    )
+    outcome = _solved(shell, case)
+    assert "feats.to(" not in outcome.fix
+    assert outcome.strategy == "function_local"
+
+
+def _context(namespace: dict[str, Any]) -> Any:
+    import torch
+
+    from torchdevmagic.diagnosis.planner import PlanContext
+    from torchdevmagic.diagnosis.tracing import Tracer
+
+    return PlanContext("device_mismatch", Tracer([], namespace, "cpu"), [], torch=torch)
+
+
+def _refusal(fix: str, namespace: dict[str, Any], **where: Any) -> Any:
+    from torchdevmagic.diagnosis.fixes import Plan
+    from torchdevmagic.diagnosis.planner.check import refusal
+
+    return refusal(Plan(fix, **where), _context(namespace))
+
+
+def test_the_checker_refuses_what_would_not_run() -> None:
+    import os
+
+    import torch
+
+    ns: dict[str, Any] = {"torch": torch, "x": torch.ones(2), "layer": torch.nn.Linear(2, 2)}
+    ns["d"], ns["DEVICE"] = {"a": torch.ones(1)}, "cpu"
+    assert _refusal("x = x.to(DEVICE)", ns) is None
+    assert "does not parse" in _refusal("x = x.to(", ns)
+    assert "reads dev" in _refusal("x = x.to(dev)", ns)
+    assert "Parameter layer.weight" in _refusal("layer.weight = layer.weight.to(DEVICE)", ns)
+    assert _refusal("layer.weight = torch.nn.Parameter(layer.weight.to(DEVICE))", ns) is None
+    assert "on d, a dict" in _refusal("d = d.to(DEVICE)", ns)
+    assert _refusal("d = {k: v.to(DEVICE) for k, v in d.items()}", ns) is None
+    lib = "/usr/lib/python3/dist-packages/kornia/losses.py"
+    assert "installed library" in _refusal("y = 1", ns, lineno=3, file=lib, scope="f")
+    assert "installed library" in _refusal("y = 1", ns, lineno=3, file=os.__file__, scope="f")
+
+
+# ---------------------------------------------------------------- errors inside a library
+
+PROXY_LOSS = """import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ProxyLoss(nn.Module):
+    def __init__(self, num_classes, dim):
+        super().__init__()
+        self.proxies = torch.randn(num_classes, dim)  # a plain attribute: .to() skips it
+
+    def forward(self, embeddings, labels):
+        sim = -((embeddings[:, None] - self.proxies[None]) ** 2).sum(-1)
+        return F.cross_entropy(sim, labels)
+"""
+
+SCHEDULER = """import torch
+
+
+class DDPMScheduler:
+    def __init__(self, num_train_timesteps=1000):
+        self.betas = torch.linspace(1e-4, 0.02, num_train_timesteps)
+        self.alphas_cumprod = torch.cumprod(1 - self.betas, 0)
+
+    def add_noise(self, original, noise, timesteps):
+        a = self.alphas_cumprod[timesteps].sqrt().view(-1, 1)  # on the table's device
+        return a * original + (1 - a) * noise
+"""
+
+
+def _library_case(name: str, url: str, helper: tuple[str, str], setup: str, cell: str) -> Any:
+    from test_devcheck_real import Case
+
+    return Case(name, url, setup, cell, "device_mismatch", None, helper=helper, library=True)
+
+
+def test_a_library_loss_with_a_plain_attribute_is_fixed_on_the_users_object(shell: Any) -> None:
+    # KevinMusgrave/pytorch-metric-learning#139: a loss of an installed library keeps a
+    # tensor as a plain attribute; the user moved the loss, the tensor stayed on the CPU.
+    case = _library_case(
+        "library_loss_plain_attribute",
+        "https://github.com/KevinMusgrave/pytorch-metric-learning/issues/139",
+        ("metriclib.py", PROXY_LOSS),
+        PRE
+        + "import metriclib\n"
+        + "loss_fn = metriclib.ProxyLoss(4, 8).to(DEVICE)\n"
+        + "emb = torch.randn(2, 8, device=DEVICE)\n"
+        + "labels = torch.tensor([0, 1], device=DEVICE)\n",
+        "loss = loss_fn(emb, labels)",
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix_file == ""  # run before the cell: the library's file is not edited
+    assert "loss_fn" in outcome.fix and "proxies" in outcome.fix
+
+
+def test_a_library_schedulers_tables_are_moved_on_the_users_object(shell: Any) -> None:
+    # huggingface/diffusers#3089: a scheduler's tables stay on the CPU while the samples and
+    # timesteps are on the GPU; the error is raised in the scheduler's own add_noise.
+    case = _library_case(
+        "library_scheduler_tables",
+        "https://github.com/huggingface/diffusers/issues/3089",
+        ("schedlib.py", SCHEDULER),
+        PRE
+        + "import schedlib\n"
+        + "scheduler = schedlib.DDPMScheduler(10)\n"
+        + "x0 = torch.randn(2, 3, device=DEVICE)\n"
+        + "noise = torch.randn(2, 3, device=DEVICE)\n"
+        + "t = [1, 5]\n",
+        "noisy = scheduler.add_noise(x0, noise, t)",
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix_file == ""
+    assert "scheduler.alphas_cumprod" in outcome.fix
+
+
+def test_a_library_reads_a_user_modules_buffer(shell: Any) -> None:
+    # pytorch/pytorch#122757's shape (a loss's weight buffer left on the CPU, the loss
+    # "defined somewhere else") inside a library: the library's pipeline holds its modules in
+    # a plain list, so no name on the cell's line holds the CPU buffer; the owner search
+    # names it and the fix moves the module that holds it.
+    helper = (
+        "normlib.py",
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Normalize(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('mean', torch.zeros(3))\n\n"
+        "    def forward(self, x):\n"
+        "        return x - self.mean\n\n\n"
+        "class Pipeline:\n"
+        "    def __init__(self):\n"
+        "        self.steps = [Normalize()]\n\n"
+        "    def run(self, x):\n"
+        "        for step in self.steps:\n"
+        "            x = step(x)\n"
+        "        return x\n",
+    )
+    case = _library_case(
+        "library_module_buffer_in_a_list",
+        "https://github.com/pytorch/pytorch/issues/122757",
+        helper,
+        PRE
+        + "import normlib\n"
+        + "pipe = normlib.Pipeline()\n"
+        + "x = torch.randn(2, 3, device=DEVICE)\n",
+        "y = pipe.run(x)",
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix == "pipe.steps[0].to(DEVICE)"
+    assert outcome.strategy == "user_object"

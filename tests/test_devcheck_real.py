@@ -75,6 +75,7 @@ class Outcome:
     detail: str = ""
     fix: str = ""
     strategy: str = ""  # the fix planner's strategy that fired, or the shape that fell through
+    fix_file: str = ""  # the file the fix edits ("" when it runs before the cell)
 
     @property
     def solved(self) -> bool:
@@ -141,7 +142,9 @@ class Runner:
         names = [c.expression for c in d.culprits]
         out.culprit = self.case.culprit is None or names[:1] == [self.case.culprit]
         out.fix = d.fix or ""
-        out.strategy = d.strategy or (f"none ({d.fell_through})" if d.fell_through else "")
+        fell = getattr(d, "fell_through", "")
+        out.strategy = getattr(d, "strategy", "") or (f"none ({fell})" if fell else "")
+        out.fix_file = d.fix_file if d.fix_lineno is not None else ""
         if not (out.kind and out.culprit):
             out.detail = f"kind {d.kind}, culprits {names}"
         if d.fix is None:

@@ -120,10 +120,12 @@ def diagnose(
     cp.fresh_handles()
     pred = user_frame or cp.default_user_frame(namespace)
     frames: list[_Frame] = []
+    library: list[FrameType] = []
     try:
         # Reading tensors runs no __torch_function__ (a subclass's or an active mode's).
         with no_torch_function(torch):
             frames = _user_frames(exc.__traceback__, pred, namespace, torch)
+            library = _library_tail(exc.__traceback__, pred)
             return _diagnose(
                 match,
                 rl.strip_wrappers(text),
@@ -133,9 +135,19 @@ def diagnose(
                 env_verdict,
                 last_traceback,
                 made_by,
+                library,
             )
     finally:
         frames.clear()  # break frame references promptly
+        library.clear()
+
+
+def _library_tail(tb: Optional[TracebackType], pred: cp.UserFramePredicate) -> list[FrameType]:
+    """The frames below the innermost user frame (an installed library's, torch's own),
+    outermost first: where the failing call's tensors are when no user line names them."""
+    raw = cp.walk_tb(tb)
+    last = max((i for i, (f, _) in enumerate(raw) if pred(f)), default=-1)
+    return [f for f, _ in raw[last + 1 :]]
 
 
 def _user_frames(
@@ -268,6 +280,7 @@ def _diagnose(  # noqa: PLR0917 - one call site, all parts of the same analysis
     env_verdict: EnvVerdict,
     last_tb: Optional[TracebackType],
     made_by: str = "diagnose",
+    library: Optional[list[FrameType]] = None,
 ) -> Diagnosis:
     inner = frames[-1] if frames else None
     values = [v for fr in frames for v in fr.values]
@@ -284,6 +297,7 @@ def _diagnose(  # noqa: PLR0917 - one call site, all parts of the same analysis
         )
     handler = _HANDLERS.get(match.kind, generic)
     ctx = Ctx(match, base, values, frames, namespace, torch, env_verdict, last_tb, made_by)
+    ctx.library_frames = library or []
     return _as_written(handler(ctx), frames)
 
 

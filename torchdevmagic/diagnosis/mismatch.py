@@ -5,7 +5,7 @@ every per-kind handler shares (the Ctx record, culprit rows)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Callable, Optional
 
@@ -13,6 +13,7 @@ from torchdevmagic._format import format_dtype, format_shape, plural
 from torchdevmagic.diagnosis import class_attrs as ca
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
+from torchdevmagic.diagnosis import owners as ow
 from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis import together
 from torchdevmagic.diagnosis.planner import PlanContext, Planned
@@ -36,6 +37,7 @@ class Ctx:
     env_verdict: EnvVerdict
     last_tb: Optional[TracebackType]
     made_by: str = "diagnose"  # the front door asking: "%%devcheck" or the API's diagnose()
+    library_frames: list[Any] = field(default_factory=list)  # below the innermost user frame
 
 
 def device_text(v: cp.Value) -> str:
@@ -142,6 +144,14 @@ def _planned(fields: dict[str, Any], planned: Planned) -> dict[str, Any]:
     return fields
 
 
+def _refused_notes(planned: Planned) -> list[str]:
+    """No fix printed because the checker refused every line a strategy wrote: say so."""
+    if planned.plan is not None or not planned.refused:
+        return []
+    _, fix, why = planned.refused[0]
+    return [f"no one-line fix: {fix} would not run ({why})"]
+
+
 def _placed(v: cp.Value) -> str:
     """``lst is split across cpu/meta`` or ``x is on cpu``."""
     if len(v.devices) > 1:
@@ -190,6 +200,19 @@ def _gpu_index_device(match: rl.Match, target: str, frames: list[Any]) -> Option
     return max(set(gpus), key=gpus.count) if gpus else None
 
 
+def _library_owners(c: Ctx, odd: Callable[[cp.Value], bool]) -> dict[int, ow.Owned]:
+    """The odd tensors of the innermost library frames that a user object holds: one walk
+    of the namespace for them all, then the innermost frame whose tensors it reached."""
+    per_frame, bases = ow.library_tensors(c.library_frames, odd, c.torch)
+    everything = unique([v for found in per_frame for v in found])
+    owned = ow.owners(everything, c.namespace, c.torch, bases)
+    for found in per_frame:
+        mine = {v.object_id: owned[v.object_id] for v in found if v.object_id in owned}
+        if mine:
+            return mine
+    return {}
+
+
 def device_mismatch(c: Ctx) -> Diagnosis:
     match, frames, namespace = c.match, c.frames, c.namespace
     involved = match.devices
@@ -219,6 +242,10 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     # target: the made tensor is the culprit, not an outer frame's look-alike.
     made_here = anonymous is not None and not any(odd(v) for v in frames[-1].values)
     culprits = [] if made_here else unique(innermost(frames, odd))
+    owned: dict[int, ow.Owned] = {}
+    if not culprits and not made_here:  # raised in a library: the user object holding it
+        owned = _library_owners(c, odd)
+        culprits = [o.value for o in owned.values()]
     rows = [culprit_row(v) for v in culprits]
     planning = PlanContext(
         match.kind,
@@ -230,6 +257,8 @@ def device_mismatch(c: Ctx) -> Diagnosis:
         torch=c.torch,
         anonymous=anonymous,
         named=culprits,
+        owners={k: o.holder for k, o in owned.items()},
+        roles={k: o.role for k, o in owned.items()},
     )
     planned = planner.plan(planning)
     plan = planned.plan
@@ -238,7 +267,7 @@ def device_mismatch(c: Ctx) -> Diagnosis:
         rows = [Culprit(anonymous[0], ", ".join(others) or "?", why)]
     if plan is not None and plan.culprit is not None:
         rows, culprits = [culprit_row(plan.culprit)], [plan.culprit]
-    notes = [plan.note] if plan is not None and plan.note else []
+    notes = [plan.note] if plan is not None and plan.note else _refused_notes(planned)
     notes += together.plain_attribute_notes(culprits) + ca.class_notes(culprits)
     summary = _mismatch_summary(match, rows, culprits, target, others, notes)
     shown = {v.object_id for v in culprits}  # a culprit under its inner name too
@@ -281,7 +310,7 @@ def dtype_mismatch(c: Ctx) -> Diagnosis:
     names = ", ".join(v.expression for v in culprits) or "an operand"
     odd_types = ", ".join(sorted({d for v in culprits for d in v.dtypes if d != target}))
     summary = f"{names} is {odd_types or match.odd}, the operation wants {target}"
-    notes = [plan.note] if plan is not None and plan.note else []
+    notes = [plan.note] if plan is not None and plan.note else _refused_notes(planned)
     if match.argument != "target":
         notes.append("or run the forward pass under torch.autocast for mixed precision")
     fields = _planned(dict(c.base, fix=None), planned)

@@ -192,7 +192,7 @@ class Tracer(Scope):
         dev = self.ref_device(fr, fr.lineno)
         if dev is None or fr.stmt is None:
             return None
-        moved = rw.wrap_reference(fr.stmt, v.local, f".to({dev})")
+        moved = rw.moved_reference(fr.stmt, v, dev)  # a list rebuilt: it has no .to()
         if not moved:
             return None
         return self.noted_where_made(fr, v, self.in_function(fr, moved, fr.stmt, v.local))

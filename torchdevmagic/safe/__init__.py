@@ -41,7 +41,7 @@ Tensors
     ``tensor_facts(t)`` -> :class:`TensorFacts` (device, dtype, shape, storage_key,
     storage_bytes, view_bytes, requires_grad, has_grad_fn, note) or ``None``;
     ``storage_bytes(t)`` (the whole storage: a view of a big tensor counts all of it),
-    ``tensor_device(t)``, ``tensor_grad(t)``.
+    ``tensor_device(t)``, ``tensor_grad(t)``, ``tensor_base(t)`` (a view's base).
     Batch: ``facts_columns(values, tt)`` / ``placement_columns(values, tt)`` give the same
     facts column-wise for plain tensors (``None``: take the one-at-a-time path); ``tt`` is
     ``handles()``. ``read_facts(t, tt)`` is the one-at-a-time reader they are checked
@@ -91,6 +91,7 @@ from torchdevmagic.safe.tensors import (
     dtype_text,
     read_facts,
     storage_bytes,
+    tensor_base,
     tensor_device,
     tensor_facts,
     tensor_grad,
@@ -135,6 +136,7 @@ __all__ = [
     "slot_values",
     "storage_bytes",
     "table_items",
+    "tensor_base",
     "tensor_device",
     "tensor_facts",
     "tensor_grad",

@@ -31,6 +31,7 @@ class Torch:
     get: Readers
     get_layout: Callable[[Any], Any]
     get_grad_fn: Callable[[Any], Any]
+    get_base: Callable[[Any], Any]  # a view's base tensor (None for no view)
     storage: Callable[[Any], Any]
     storage_nbytes: Callable[[Any], int]
     strided: Any
@@ -74,6 +75,7 @@ class Torch:
             get=get,
             get_layout=base.layout.__get__,
             get_grad_fn=base.grad_fn.__get__,
+            get_base=base._base.__get__,
             storage=base.untyped_storage,
             storage_nbytes=torch._C.StorageBase.nbytes,
             strided=torch.strided,

@@ -115,6 +115,19 @@ def tensor_grad(t: Any, tt: Optional[Torch] = None) -> Any:
         return None
 
 
+def tensor_base(t: Any, tt: Optional[Torch] = None) -> Any:
+    """A view's base tensor (``t._base``) through TensorBase's descriptor; ``None`` for a
+    tensor that is no view, or no tensor."""
+    tt = tt or handles()
+    if tt is None or not issubclass(type(t), tt.tensor):
+        return None
+    try:
+        with no_torch_function(tt.module_), tt.no_subclass_dispatch():
+            return tt.get_base(t)
+    except Exception:
+        return None
+
+
 def _strided_facts(t: Any, tt: Torch, note: str) -> TensorFacts:
     # One tensor at a time (subclasses, and batches facts_columns refused); plain tensors in
     # bulk take the batch readers, the same facts column-wise.

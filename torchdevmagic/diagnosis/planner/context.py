@@ -37,7 +37,8 @@ class PlanContext:
     torch: Any = None
     anonymous: Optional[tuple[str, Plan]] = None  # a tensor made on the failing line
     dtype: str = ""  # dtype_mismatch: ``torch.float32`` the culprits become
-    owners: dict[int, str] = field(default_factory=dict)  # object id -> the user's path
+    owners: dict[int, str] = field(default_factory=dict)  # tensor id -> its holder's path
+    roles: dict[int, str] = field(default_factory=dict)  # tensor id -> how the holder holds it
     named: list[Value] = field(default_factory=list)  # the culprits as found, none dropped
     each: Optional[list[Optional[Plan]]] = None  # the value strategies' plan of each culprit
     plan_value: Optional[Callable[[Value], Optional[Plan]]] = None  # the table's, for ``each``
@@ -60,9 +61,10 @@ class PlanContext:
         """The target device as the cell writes it (``DEVICE``, ``"cuda:0"``)."""
         return self.tracer.cell_dev
 
-    def owner_path(self, v: Value) -> str:
-        """The user's path to ``v``'s object (``loss_fn.weight``), else its expression."""
-        return self.owners.get(v.object_id, v.expression)
+    def holder(self, v: Value) -> str:
+        """The path of the user's object that holds ``v`` (found by the owner search across
+        the library frames: ``loss_fn`` for ``loss_fn.weight``), else ""."""
+        return self.owners.get(v.object_id, "")
 
 
 @dataclass(frozen=True)
@@ -73,3 +75,4 @@ class Planned:
     plan: Optional[Plan]
     strategy: str = ""
     fell_through: str = ""
+    refused: tuple[tuple[str, str, str], ...] = ()  # (strategy, fix, why the checker refused)

@@ -10,12 +10,15 @@ each was made for and the test that covers it are :mod:`.table`'s.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
 from typing import Optional
 
+from torchdevmagic import safe
 from torchdevmagic.diagnosis import class_attrs as ca
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
+from torchdevmagic.diagnosis import resolve as rs
 from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis import together
 from torchdevmagic.diagnosis.culprits import Value
@@ -76,6 +79,29 @@ def class_attribute(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     return Plan(fix) if fix is not None else None
 
 
+def user_object(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
+    """Raised inside an installed library, on tensors a user's object holds (found by
+    identity from the library frame): a module's parameters and buffers move with the module,
+    an optimizer's state with ``load_state_dict`` (which casts it to the parameters'
+    devices). Plain attributes and items are the later strategies'."""
+    if v is None or not c.culprits or not all(c.holder(w) for w in c.culprits):
+        return None
+    lines: list[str] = []
+    for w in c.culprits:
+        holder, role = c.holder(w), c.roles.get(w.object_id, "")
+        if role in ("parameter", "buffer"):
+            line = f"{holder}.to({c.device})"
+        elif role == "state":
+            line = f"{holder}.load_state_dict({holder}.state_dict())"
+        else:
+            return None
+        if line not in lines:
+            lines.append(line)
+    where = ", ".join(dict.fromkeys(c.holder(w) for w in c.culprits))
+    note = f"the library's code reads {where}'s tensors: the fix moves {where}, not its line"
+    return Plan("; ".join(lines), note=note)
+
+
 def plain_attribute(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     """One tensor attribute of a module of the notebook that ``Module.to()`` skips:
     registered as a buffer, so it moves from now on."""
@@ -85,6 +111,33 @@ def plain_attribute(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
         return None
     fix = together.plain_attribute_fix(v, c.device)
     return Plan(fix) if fix else None
+
+
+def parameter_owner(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
+    """Parameters of modules of the notebook off target (``F.linear(x, layer.weight)``):
+    the modules move. A parameter cannot be given a plain tensor (``layer.weight =
+    layer.weight.to(d)`` raises TypeError, pytorch#44022)."""
+    if not c.culprits or any(w.type_name != "Parameter" for w in c.culprits):
+        return None
+    namespace = c.namespace
+    if type(namespace) is not dict:
+        return None
+    resolver = rs.Resolver(namespace, namespace, c.torch)
+    owners: list[str] = []
+    for w in c.culprits:
+        owner, dot, _ = w.expression.rpartition(".")
+        if not dot or owner == "self" or owner.startswith(("self.", "self[")):
+            return None
+        try:
+            node = ast.parse(owner, mode="eval").body
+        except SyntaxError:
+            return None
+        held = resolver.resolve(node) if rs.is_reference(node) else rs.MISSING
+        if held is rs.MISSING or not safe.is_module(held):
+            return None
+        if owner not in owners:
+            owners.append(owner)
+    return Plan("; ".join(f"{o}.to({c.device})" for o in owners))
 
 
 def one_owner(v: Optional[Value], c: PlanContext) -> Optional[Plan]:

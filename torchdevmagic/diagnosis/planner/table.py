@@ -21,6 +21,7 @@ from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.diagnosis.fixes import Plan
 from torchdevmagic.diagnosis.planner import strategies as st
+from torchdevmagic.diagnosis.planner.check import refusal
 from torchdevmagic.diagnosis.planner.context import STOP, PlanContext, Planned
 
 __all__ = ["STRATEGIES", "Strategy", "culprit_shape", "plan", "value_plan"]
@@ -48,8 +49,8 @@ STRATEGIES: list[Strategy] = [
     Strategy(
         "meta_model",
         st.meta_model,
-        "https://github.com/huggingface/accelerate/issues/1613",
-        "tests/test_devcheck_meta_model.py",
+        "https://github.com/huggingface/accelerate/issues/2556",
+        "tests/test_devcheck_meta_model.py::test_a_model_wholly_on_meta_is_materialised_not_the_data_moved",
         whole=True,
     ),
     Strategy(
@@ -63,7 +64,14 @@ STRATEGIES: list[Strategy] = [
         "class_attribute",
         st.class_attribute,
         "https://discuss.pytorch.org/t/what-does-register-buffer-do/121091",
-        "tests/test_devcheck_helpers.py",
+        "tests/test_devcheck_real_more.py::test_tensors_a_module_reads_from_its_class_are_moved_on_the_class",
+        whole=True,
+    ),
+    Strategy(
+        "user_object",
+        st.user_object,
+        "https://github.com/pytorch/pytorch/issues/122757",
+        "tests/test_devcheck_planner.py::test_a_library_reads_a_user_modules_buffer",
         whole=True,
     ),
     Strategy(
@@ -74,6 +82,13 @@ STRATEGIES: list[Strategy] = [
         whole=True,
     ),
     # one value, traced to where the user can act
+    Strategy(
+        "parameter_owner",
+        st.parameter_owner,
+        "https://github.com/pytorch/pytorch/issues/44022",
+        "tests/test_devcheck_planner.py::test_parameters_of_a_module_move_the_module",
+        whole=True,
+    ),
     Strategy(
         "cell_value",
         st.cell_value,
@@ -95,32 +110,32 @@ STRATEGIES: list[Strategy] = [
     Strategy(
         "outer_frame",
         st.outer_frame,
-        "https://github.com/Lightning-AI/pytorch-lightning/issues/2984",
-        "tests/test_devcheck_helpers.py",
+        "https://github.com/Lightning-AI/pytorch-lightning/issues/4408",
+        "tests/test_emulate_devcheck.py::test_a_metric_in_a_plain_dict_is_moved_as_a_module_dict",
     ),
     Strategy(
         "made_here_read_later",
         st.made_here_read_later,
         "https://github.com/luigibonati/mlcolvar/issues/185",
-        "tests/test_devcheck_real_more.py",
+        "tests/test_devcheck_real_more.py::test_attributes_a_setattr_loop_makes_together_get_device_where_made",
     ),
     Strategy(
         "attribute_reset",
         st.attribute_reset,
-        "https://pytorch.org/tutorials/beginner/nlp/advanced_tutorial.html",
-        "tests/test_devcheck_real_more.py",
+        "https://github.com/pytorch/tutorials/issues/95",
+        "tests/test_devcheck_helpers.py::test_an_attribute_the_function_sets_again_is_moved_where_it_is_read",
     ),
     Strategy(
         "notebook_path",
         st.notebook_path,
         "https://github.com/schen149/sub-sentence-encoder/issues/1",
-        "tests/test_devcheck_real_more.py",
+        "tests/test_devcheck_helpers.py::test_an_input_objects_tensors_are_named_from_the_notebook_and_moved_together",
     ),
     Strategy(
         "notebook_global",
         st.notebook_global,
-        "https://github.com/2noise/ChatTTS/issues/603",
-        "tests/test_devcheck_helpers.py",
+        "https://github.com/pytorch/pytorch/issues/122757",
+        "tests/test_devcheck_helpers.py::test_a_loss_defined_elsewhere_names_the_weight_where_the_call_reads_it",
     ),
     Strategy(
         "function_local",
@@ -138,29 +153,29 @@ STRATEGIES: list[Strategy] = [
     Strategy(
         "one_owner",
         st.one_owner,
-        "https://github.com/huggingface/diffusers/issues/1069",
-        "tests/test_devcheck_real_more.py",
+        "https://github.com/MStypulkowski/diffused-heads/issues/7",
+        "tests/test_devcheck_helpers.py::test_many_plain_attributes_of_one_module_get_one_note_and_one_short_fix",
         whole=True,
     ),
     Strategy(
         "joint",
         st.joint,
-        "https://github.com/HerreraKrachTeichmann/NJODE/issues/1",
-        "tests/test_devcheck_real.py::test_real_case",
+        "https://github.com/HerreraKrachTeichmann/NJODE/issues/14",
+        "tests/test_devcheck_fixcell.py::test_two_tensors_the_cell_makes_are_moved_by_one_inserted_line",
         whole=True,
     ),
     Strategy(
         "combined",
         st.combined,
-        "https://github.com/pytorch/examples/issues/435",
-        "tests/test_devcheck_helpers.py",
+        "https://github.com/Lightning-AI/pytorch-lightning/issues/3738",
+        "tests/test_devcheck_magic.py::test_lstm_with_cpu_hidden_state",
         whole=True,
     ),
     Strategy(
         "first_of_each",
         st.first_of_each,
         "https://github.com/pytorch/examples/issues/435",
-        "tests/test_devcheck_helpers.py",
+        "tests/test_devcheck_real_more.py::test_a_local_read_on_several_lines_is_moved_once_where_made",
         whole=True,
     ),
     # no name holds the odd tensor
@@ -174,8 +189,8 @@ STRATEGIES: list[Strategy] = [
     Strategy(
         "optimizer_state",
         st.optimizer_state,
-        "https://github.com/pytorch/pytorch/issues/2830",
-        "tests/test_emulate_devcheck.py",
+        "https://github.com/microsoft/Cream/issues/2",
+        "tests/test_emulate_devcheck.py::test_optimizer_state_loaded_on_the_cpu_then_model_moved",
         whole=True,
     ),
     # dtypes
@@ -191,7 +206,7 @@ STRATEGIES: list[Strategy] = [
         "dtype_cast",
         st.dtype_cast,
         "https://github.com/PacktPublishing/Mastering-PyTorch/issues/4",
-        f"{REAL}[dtype_bce_long_target]",
+        "tests/test_devcheck_magic.py::test_dtype_mismatch_named_and_fixed",
         whole=True,
         kinds=DTYPE,
     ),
@@ -199,18 +214,27 @@ STRATEGIES: list[Strategy] = [
 
 
 def plan(c: PlanContext) -> Planned:
-    """The first strategy's plan for this failure, or which culprit shape fell through."""
+    """The first strategy's plan that the checker passes, or which culprit shape fell
+    through (with the plans the checker refused, and why)."""
     c.plan_value = lambda v: value_plan(v, c)
     first = c.culprits[0] if c.culprits else None
+    refused: list[tuple[str, str, str]] = []
     for s in STRATEGIES:
         if c.kind not in s.kinds or (not s.whole and len(c.culprits) != 1):
             continue
         found = s.applies(first, c)
         if found is STOP:
             break
-        if found is not None:
+        if found is None:
+            continue
+        why = refusal(found, c)
+        if why is None:
             return Planned(found, s.name)
-    return Planned(None, fell_through=culprit_shape(first, c))
+        refused.append((s.name, found.fix, why))
+    shape = culprit_shape(first, c)
+    if refused:
+        shape += "; refused: " + "; ".join(f"{name} ({why})" for name, _, why in refused)
+    return Planned(None, fell_through=shape, refused=tuple(refused))
 
 
 def value_plan(v: Value, c: PlanContext) -> Optional[Plan]:
