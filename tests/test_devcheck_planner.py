@@ -274,3 +274,68 @@ def test_a_library_reads_a_user_modules_buffer(shell: Any) -> None:
     outcome = _solved(shell, case)
     assert outcome.fix == "pipe.steps[0].to(DEVICE)"
     assert outcome.strategy == "user_object"
+
+
+# ---------------------------------------------------------------- no CUDA inside a helper
+
+DEVICE_HELPER = """import torch
+
+
+def prepare(x):
+    device = torch.device("cuda")
+    return x.to(device)
+"""
+
+LOAD_HELPER = """import torch
+
+
+class Restorer:
+    def restore(self, path):
+        return torch.load(path, map_location=torch.device("cuda:0"))
+"""
+
+
+def _cpu_build() -> bool:
+    import torch
+
+    return torch.version.cuda is None
+
+
+@pytest.mark.skipif(not _cpu_build(), reason="a CPU-only build's error")
+def test_a_cuda_device_made_earlier_in_a_helper_gets_the_cpu_fallback(shell: Any) -> None:
+    # BoltzmannEntropy/xtts2-ui#28: ``device = torch.device('cuda')`` in the project's code,
+    # then ``.to(device)``: "Torch not compiled with CUDA enabled" on a CPU-only machine.
+    from test_devcheck_real import Case
+
+    case = Case(
+        "cuda_device_made_in_helper",
+        "https://github.com/BoltzmannEntropy/xtts2-ui/issues/28",
+        "import torch, devhelp\nx = torch.ones(2)\n",
+        "y = devhelp.prepare(x)",
+        "no_cuda",
+        None,
+        helper=("devhelp.py", DEVICE_HELPER),
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix == 'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+    assert outcome.fix_file.endswith("devhelp.py")
+
+
+@pytest.mark.skipif(not _cpu_build(), reason="a CPU-only build's error")
+def test_a_cuda_map_location_in_a_helper_is_rewritten(shell: Any, tmp_path: Path) -> None:
+    # Sujit-O/pykg2vec#223: trained on a GPU, loaded on a CPU-only machine by the project's
+    # own loader, which asks for cuda:0 itself.
+    from test_devcheck_real import Case
+
+    ckpt = tmp_path / "ckpt.pt"
+    case = Case(
+        "cuda_map_location_in_helper",
+        "https://github.com/Sujit-O/pykg2vec/issues/223",
+        f"import torch, loadhelp\ntorch.save({{'w': torch.ones(2)}}, {str(ckpt)!r})\n",
+        f"sd = loadhelp.Restorer().restore({str(ckpt)!r})",
+        "deserialize_device",
+        None,
+        helper=("loadhelp.py", LOAD_HELPER),
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix == 'return torch.load(path, map_location="cpu")'

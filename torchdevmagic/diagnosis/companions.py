@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis import fixes as fx
+from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis import numpyfix as nf
 from torchdevmagic.diagnosis import resolve as rs
 from torchdevmagic.diagnosis.fixes import Plan
@@ -98,6 +99,22 @@ def _line_plan(c: Ctx, fix: Optional[str]) -> Optional[Plan]:
     if inner.is_cell:
         return fx.replacing(fix, inner.stmt, inner.frame.f_code.co_filename)
     return Scope(c.frames, c.namespace, "cpu").scoped(inner, fix, inner.stmt)
+
+
+def _device_made_before(c: Ctx, inner: Any) -> Optional[Plan]:
+    """``device = torch.device("cuda")`` earlier in the failing function of a .py file or an
+    earlier cell, then ``x.to(device)``: that assignment, with the CPU fallback."""
+    if inner.is_cell or inner.func is None or inner.stmt is None:
+        return None
+    names = {n.id for n in ast.walk(inner.stmt) if isinstance(n, ast.Name)}
+    for name in sorted(names):
+        hits = fm.assignments_before(inner.func, inner.lineno, name)
+        if not hits:
+            continue
+        fix, replaces = fx.no_cuda_fix(hits[-1], None)
+        if fix is not None and replaces:
+            return Scope(c.frames, c.namespace, "cpu").scoped(inner, fix, hits[-1])
+    return None
 
 
 def deserialize(c: Ctx) -> Diagnosis:
@@ -195,6 +212,8 @@ def no_cuda(c: Ctx) -> Diagnosis:
     inner = frames[-1] if frames else None
     fix, replaces = fx.no_cuda_fix(inner.stmt if inner else None, c.namespace)
     plan = _line_plan(c, fix) if replaces else (Plan(fix) if fix else None)
+    if plan is None and inner is not None:
+        plan = _device_made_before(c, inner)
     reason = match.details.get("reason", "device")
     summary = {
         "build": f"this PyTorch build has no {match.odd or 'cuda'} support",

@@ -202,6 +202,10 @@ def _cuda_rewrites(sp: Splice, dev: str) -> tuple[bool, bool]:
                 sp.replace(node, f"torch.set_default_device({dev})")
                 skip.update(id(n) for n in ast.iter_child_nodes(node))
                 changed = True
+            elif name == "torch.device" and node.args and _is_cuda_literal(node.args[0]):
+                sp.replace(node.args[0], dev)  # torch.device("cuda") -> with the CPU fallback
+                skip.update(id(n) for n in ast.iter_child_nodes(node))
+                changed = True
             elif name == "torch.cuda.set_device":
                 guard = changed = True
                 skip.update(id(n) for n in ast.iter_child_nodes(node))
@@ -275,9 +279,15 @@ def map_location_fix(stmt: Optional[ast.stmt], location: str) -> Optional[str]:
             continue
         f = node.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-        if name == "load" and not any(k.arg == "map_location" for k in node.keywords):
-            sp = Splice(stmt)
+        if name != "load":
+            continue
+        given = [k for k in node.keywords if k.arg == "map_location"]
+        sp = Splice(stmt)
+        if not given:
             sp.keyword(node, "map_location", location)
+            return sp.text()
+        if any(_is_cuda_literal(n) for n in ast.walk(given[0].value)):
+            sp.replace(given[0].value, location)  # map_location=torch.device("cuda:0")
             return sp.text()
     return None
 
