@@ -339,3 +339,39 @@ def test_a_cuda_map_location_in_a_helper_is_rewritten(shell: Any, tmp_path: Path
     )
     outcome = _solved(shell, case)
     assert outcome.fix == 'return torch.load(path, map_location="cpu")'
+
+
+STACKED_LSTM = """import torch
+from torch import nn
+
+
+class StackedLSTM(nn.Module):
+    def __init__(self, size, layers):
+        super().__init__()
+        self.cells = nn.ModuleList([nn.LSTM(size, size, batch_first=True) for _ in range(layers)])
+        self.hidden = [(torch.zeros(1, 1, size), torch.zeros(1, 1, size)) for _ in range(layers)]
+
+    def forward(self, x):
+        for cell, state in zip(self.cells, self.hidden):
+            x, _ = cell(x, state)
+        return x
+"""
+
+
+def test_a_library_modules_list_of_hidden_pairs_is_rebuilt(shell: Any) -> None:
+    # taishan1994/pytorch_triple_extraction#8: the hidden state's elements had to be put on
+    # the GPU; here a library module keeps (h, c) pairs in a plain list made before .to().
+    # A tuple cannot be assigned into: the list is rebuilt, pairs and all.
+    case = _library_case(
+        "library_list_of_hidden_pairs",
+        "https://github.com/taishan1994/pytorch_triple_extraction/issues/8",
+        ("rnnlib.py", STACKED_LSTM),
+        PRE
+        + "import rnnlib\n"
+        + "net = rnnlib.StackedLSTM(4, 2).to(DEVICE)\n"
+        + "x = torch.randn(1, 3, 4, device=DEVICE)\n",
+        "y = net(x)",
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix == "net.hidden = [tuple(t.to(DEVICE) for t in p) for p in net.hidden]"
+    assert outcome.strategy == "held_container"

@@ -259,6 +259,7 @@ def device_mismatch(c: Ctx) -> Diagnosis:
         named=culprits,
         owners={k: o.holder for k, o in owned.items()},
         roles={k: o.role for k, o in owned.items()},
+        containers={k: (o.anchor, o.nesting) for k, o in owned.items() if o.nesting},
     )
     planned = planner.plan(planning)
     plan = planned.plan

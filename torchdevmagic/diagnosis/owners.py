@@ -26,7 +26,7 @@ from torchdevmagic.diagnosis import culprits as cp
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.safe.paths import attribute_path, item_path
 
-__all__ = ["Owned", "library_tensors", "owners"]
+__all__ = ["Owned", "library_tensors", "owners", "rebuilt"]
 
 MAX_VISITS = 20_000  # objects the walk of the namespace looks at
 MAX_DEPTH = 6  # attribute / item steps from a name of the namespace
@@ -47,6 +47,8 @@ class Owned:
     value: Value
     holder: str
     role: str
+    anchor: str = ""  # an item's: the attribute or name holding the outermost container
+    nesting: tuple[str, ...] = ()  # the containers from the anchor in: ("list", "tuple")
 
 
 def library_tensors(
@@ -124,17 +126,24 @@ def owners(
     ]
     # Modules last: a model's tree is the longest walk, a library's object the shortest.
     roots.sort(key=lambda root: safe.is_module(root[1]))
-    queue: deque[tuple[str, Any, int]] = deque(roots)
+    queue: deque[tuple[str, Any, int, str, tuple[str, ...]]] = deque(
+        (name, held, depth, "", ()) for name, held, depth in roots
+    )
     seen: set[int] = set()
     visits, found_depth = 0, MAX_DEPTH
     while queue and visits < MAX_VISITS and len(found) < len(wanted):
-        path, obj, depth = queue.popleft()
+        path, obj, depth, anchor, nesting = queue.popleft()
         if id(obj) in seen or _skipped(obj):
             continue
         if found and (depth > found_depth or safe.is_module(obj)):
             break  # the shortest paths are found; no module's tree walked for more
         seen.add(id(obj))
         visits += 1
+        kind = _container_kind(obj)
+        if kind:  # the items of a container: rebuilt from the attribute that holds it
+            anchor, nesting = anchor or path, (*nesting, kind)
+        else:
+            anchor, nesting = "", ()
         for child_path, child, holder, role in _children(path, obj, ids):
             match = ids.get(id(child))
             if match is not None and match.object_id not in found and safe.is_tensor(child):
@@ -142,11 +151,32 @@ def owners(
                 held = cp.describe(child, child_path, torch, plain_attribute=plain)
                 if held is not None:
                     named = replace(held, local=match.local, frame=-1)
-                    found[match.object_id] = Owned(named, holder, role)
+                    found[match.object_id] = Owned(named, holder, role, anchor, nesting)
                     found_depth = min(found_depth, depth)
             elif depth + 1 < MAX_DEPTH and type(child) not in ATOMS:
-                queue.append((child_path, child, depth + 1))
+                queue.append((child_path, child, depth + 1, anchor, nesting))
     return found
+
+
+def _container_kind(obj: Any) -> str:
+    """``list``, ``tuple`` or ``dict`` for exactly those types (a subclass may rebuild
+    otherwise), else ""."""
+    cls = type(obj)
+    return "list" if cls is list else "tuple" if cls is tuple else "dict" if cls is dict else ""
+
+
+def rebuilt(expression: str, nesting: tuple[str, ...], dev: str, depth: int = 0) -> str:
+    """``expression`` (a container of ``nesting``'s kinds, tensors innermost) rebuilt with
+    every tensor moved: ``[tuple(t.to(d) for t in p) for p in x]`` for a list of tuples."""
+    if not nesting:
+        return f"{expression}.to({dev})"
+    item = "t" if len(nesting) == 1 else f"p{depth or ''}"
+    inner = rebuilt(item, nesting[1:], dev, depth + 1)
+    if nesting[0] == "dict":
+        return f"{{k{depth or ''}: {inner} for k{depth or ''}, {item} in {expression}.items()}}"
+    if nesting[0] == "tuple":
+        return f"tuple({inner} for {item} in {expression})"
+    return f"[{inner} for {item} in {expression}]"
 
 
 def _skipped(obj: Any) -> bool:

@@ -39,6 +39,8 @@ class PlanContext:
     dtype: str = ""  # dtype_mismatch: ``torch.float32`` the culprits become
     owners: dict[int, str] = field(default_factory=dict)  # tensor id -> its holder's path
     roles: dict[int, str] = field(default_factory=dict)  # tensor id -> how the holder holds it
+    # tensor id -> (the attribute holding its outermost container, the containers' kinds)
+    containers: dict[int, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     named: list[Value] = field(default_factory=list)  # the culprits as found, none dropped
     each: Optional[list[Optional[Plan]]] = None  # the value strategies' plan of each culprit
     plan_value: Optional[Callable[[Value], Optional[Plan]]] = None  # the table's, for ``each``

@@ -18,6 +18,7 @@ from torchdevmagic import safe
 from torchdevmagic.diagnosis import class_attrs as ca
 from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
+from torchdevmagic.diagnosis import owners as ow
 from torchdevmagic.diagnosis import resolve as rs
 from torchdevmagic.diagnosis import rewrites as rw
 from torchdevmagic.diagnosis import together
@@ -100,6 +101,21 @@ def user_object(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     where = ", ".join(dict.fromkeys(c.holder(w) for w in c.culprits))
     note = f"the library's code reads {where}'s tensors: the fix moves {where}, not its line"
     return Plan("; ".join(lines), note=note)
+
+
+def held_container(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
+    """Tensors inside a plain list, tuple or dict a user's object holds (a library module's
+    list of ``(h, c)`` pairs made before the model moved): the container rebuilt on the
+    device, in the attribute that holds it (a tuple cannot be assigned into)."""
+    if v is None or not c.culprits or not all(w.object_id in c.containers for w in c.culprits):
+        return None
+    lines: list[str] = []
+    for w in c.culprits:
+        anchor, nesting = c.containers[w.object_id]
+        line = f"{anchor} = {ow.rebuilt(anchor, nesting, c.device)}"
+        if line not in lines:
+            lines.append(line)
+    return Plan("; ".join(lines))
 
 
 def plain_attribute(v: Optional[Value], c: PlanContext) -> Optional[Plan]:

@@ -75,6 +75,13 @@ STRATEGIES: list[Strategy] = [
         whole=True,
     ),
     Strategy(
+        "held_container",
+        st.held_container,
+        "https://github.com/taishan1994/pytorch_triple_extraction/issues/8",
+        "tests/test_devcheck_planner.py::test_a_library_modules_list_of_hidden_pairs_is_rebuilt",
+        whole=True,
+    ),
+    Strategy(
         "plain_attribute",
         st.plain_attribute,
         "https://discuss.pytorch.org/t/what-does-register-buffer-do/121091",
