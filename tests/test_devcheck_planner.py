@@ -375,3 +375,29 @@ def test_a_library_modules_list_of_hidden_pairs_is_rebuilt(shell: Any) -> None:
     outcome = _solved(shell, case)
     assert outcome.fix == "net.hidden = [tuple(t.to(DEVICE) for t in p) for p in net.hidden]"
     assert outcome.strategy == "held_container"
+
+
+# ---------------------------------------------------------------- objects that are no module
+
+
+def test_a_loader_pinning_gpu_batches_stops_pinning(emu_shell: Any) -> None:
+    # DavidWBressler/GCNN#2: DataLoader(pin_memory=True) over tensors already on the GPU,
+    # "cannot pin 'torch.cuda.LongTensor'"; fixed there by pin_memory=False.
+    from _fixrun import fails_then_fixed
+
+    setup = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "ds = TensorDataset(torch.randn(8, 3, device='cuda'), torch.randn(8, device='cuda'))\n"
+        "loader = DataLoader(ds, batch_size=4, pin_memory=True)\n"
+    )
+    d = fails_then_fixed(
+        emu_shell,
+        setup,
+        "for xb, yb in loader:\n    out = xb.sum()\n",
+        "cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned",
+    )
+    assert d.kind == "device_mismatch"
+    assert d.fix == "loader.pin_memory = False"
+    assert [c.expression for c in d.culprits] == ["loader"]
+    assert d.strategy == "pinned_loader"

@@ -260,6 +260,7 @@ def device_mismatch(c: Ctx) -> Diagnosis:
         owners={k: o.holder for k, o in owned.items()},
         roles={k: o.role for k, o in owned.items()},
         containers={k: (o.anchor, o.nesting) for k, o in owned.items() if o.nesting},
+        rule=match.rule,
     )
     planned = planner.plan(planning)
     plan = planned.plan

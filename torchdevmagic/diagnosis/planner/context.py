@@ -44,6 +44,7 @@ class PlanContext:
     named: list[Value] = field(default_factory=list)  # the culprits as found, none dropped
     each: Optional[list[Optional[Plan]]] = None  # the value strategies' plan of each culprit
     plan_value: Optional[Callable[[Value], Optional[Plan]]] = None  # the table's, for ``each``
+    rule: str = ""  # the message rule that matched
 
     @property
     def frames(self) -> list[Any]:

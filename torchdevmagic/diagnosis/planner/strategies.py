@@ -66,6 +66,39 @@ def meta_model(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     return Plan(fix, note=why)
 
 
+def pinned_loader(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
+    """ "cannot pin 'torch.cuda.FloatTensor'": a DataLoader with ``pin_memory=True`` over a
+    dataset whose tensors are already on the GPU. The loader the failing line iterates stops
+    pinning (its iterators read ``loader.pin_memory`` when they start)."""
+    if c.rule != "cannot_pin":
+        return None
+    loader_class = getattr(
+        getattr(getattr(c.torch, "utils", None), "data", None), "DataLoader", None
+    )
+    for fr in reversed(c.frames):
+        if fr.stmt is None or fr.resolver is None:
+            continue
+        for node in ast.walk(fr.stmt):
+            if not rs.is_reference(node) or isinstance(getattr(node, "ctx", None), ast.Store):
+                continue
+            held = fr.resolver.resolve(node)
+            if held is rs.MISSING or loader_class is None:
+                continue
+            try:
+                is_loader = loader_class in safe.mro(safe.class_of(held))
+            except Exception:
+                is_loader = False
+            if is_loader:
+                name = fr.rename(ast.unparse(node))
+                found = Value(name, "object", "DataLoader", (c.target,), local=ast.unparse(node))
+                why = (
+                    f"{name} pins each batch (pin_memory=True), and its dataset's tensors are "
+                    "already on the GPU: only CPU tensors can be pinned"
+                )
+                return Plan(f"{name}.pin_memory = False", note=why, culprit=found)
+    return None
+
+
 def to_cpu(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     """An argument that must be on the CPU (pack_padded_sequence's lengths): the failing
     call with ``.cpu()`` on it, in the frame that passes it."""

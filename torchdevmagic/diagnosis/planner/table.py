@@ -47,6 +47,13 @@ class Strategy:
 
 STRATEGIES: list[Strategy] = [
     Strategy(
+        "pinned_loader",
+        st.pinned_loader,
+        "https://github.com/DavidWBressler/GCNN/issues/2",
+        "tests/test_devcheck_planner.py::test_a_loader_pinning_gpu_batches_stops_pinning",
+        whole=True,
+    ),
+    Strategy(
         "meta_model",
         st.meta_model,
         "https://github.com/huggingface/accelerate/issues/2556",

@@ -59,6 +59,11 @@ TABLE: tuple[Rule, ...] = (
         r"Tensor on device (\S+) is not on the expected device (\S+?)!",
         DEVICE, expected=2, odd=1,
     ),
+    Row(
+        "cannot_pin",  # DataLoader(pin_memory=True) over batches already on the GPU
+        r"cannot pin '(torch\.cuda\.\w+)' only dense CPU tensors can be pinned",
+        DEVICE, expected="cpu", odd="cuda",
+    ),
     c.index_add_copy_device,
     c.conv_input_weight_type,
     Row(
