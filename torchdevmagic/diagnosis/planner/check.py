@@ -72,7 +72,7 @@ def refusal(plan: Plan, c: PlanContext) -> Optional[str]:
     tree = _parse(plan.fix)
     if tree is None:
         return "it does not parse"
-    if _repeats(tree, c):
+    if _repeats(tree, plan, c):
         return "it repeats the failing line"
     names, resolver = _scope(plan, c)
     if names is not None:
@@ -98,14 +98,25 @@ def _parse(fix: str) -> Optional[ast.Module]:
     return None
 
 
-def _repeats(tree: ast.Module, c: PlanContext) -> bool:
-    """Is the fix one of the failing statements (of any frame), as written?"""
+def _repeats(tree: ast.Module, plan: Plan, c: PlanContext) -> bool:
+    """Is the fix the failing statement it replaces (or, run before the cell, the failing
+    line of the cell or of the innermost frame), as written?"""
     if len(tree.body) != 1 or isinstance(tree.body[0], _COMPOUND):
         return False
+    if plan.lineno is None:
+        frames = [fr for fr in c.frames if fr.is_cell] + c.frames[-1:]
+    else:
+        frames = [
+            fr
+            for fr in c.frames
+            if fr.stmt is not None
+            and fr.stmt.lineno == plan.lineno
+            and (not plan.file or fr.frame.f_code.co_filename == plan.file)
+        ]
     mine = ast.dump(tree.body[0])
     return any(
         fr.stmt is not None and not isinstance(fr.stmt, _COMPOUND) and ast.dump(fr.stmt) == mine
-        for fr in c.frames
+        for fr in frames
     )
 
 
