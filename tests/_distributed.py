@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -48,9 +49,19 @@ def _worker(rank: int, fn: Callable[..., Any], args: tuple[Any, ...], port: int,
 def spawn_two(fn: Callable[..., Any], *args: Any) -> list[str]:
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_worker, args=(fn, args, free_port(), out), nprocs=2)
-        return [Path(out, str(rank)).read_text(encoding="utf-8") for rank in range(2)]
+    # An IPython shell made earlier in this process (the shell fixtures) leaves its own
+    # ``__main__`` module without ``__spec__``, which spawn's preparation reads.
+    main = sys.modules["__main__"]
+    missing = "__spec__" not in vars(main)
+    if missing:
+        main.__spec__ = None
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            mp.spawn(_worker, args=(fn, args, free_port(), out), nprocs=2)
+            return [Path(out, str(rank)).read_text(encoding="utf-8") for rank in range(2)]
+    finally:
+        if missing:
+            del main.__spec__
 
 
 def all_reduce_then_all_on_gpu_0(rank: int) -> str:
