@@ -635,8 +635,7 @@ def test_the_fix_moving_a_cpu_module_runs_right_after_the_error(emu: Any) -> Non
         files.append(tb.tb_frame.f_code.co_filename)
         frames.append(tb.tb_frame)
         tb = tb.tb_next
-    # The mode's own entry frame is where the error leaves the emulator (IPython always shows
-    # the innermost frame); it holds no tensor any more.
+    # The traceback IPython keeps (and shows) holds no frame of the emulator: not even the
+    # mode's entry frame, where the error left it.
     ours = [f for f in frames if f.f_code.co_filename.startswith(own)]
-    assert [f.f_code.co_name for f in ours] == ["__torch_function__"], files
-    assert ours[0].f_locals["args"] == () and ours[0].f_locals["kwargs"] is None
+    assert ours == [], files

@@ -10,8 +10,12 @@ storage stayed counted for good.
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +136,53 @@ def test_a_ctrl_c_in_the_memory_ledgers_cleanup_propagates_and_the_count_recover
         sys.unraisablehook = old_hook
     assert unraisable == []
     assert line > 3  # the reading did run the cleanup, and was interrupted on each line
+
+
+MIX = "import torch\nx = torch.ones(2, device='cuda')\ny = torch.ones(2)"
+MIX_WORDS = (
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two "
+    "devices, cuda:0 and cpu!"
+)
+
+
+def test_an_emulated_error_shows_no_frame_of_the_emulator_in_ipython(
+    emu_shell: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GPU's traceback of ``x + y`` is the user's line and the error: the frame that raised
+    it under emulation (the placement mode's, with its source line) is not shown, nor kept
+    in ``sys.last_traceback`` (``%tb``, ``%debug``)."""
+    assert emu_shell.run_cell(MIX).error_in_exec is None
+    capsys.readouterr()
+    err = emu_shell.run_cell("z = x + y").error_in_exec
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert type(err) is RuntimeError
+    assert "----> 1 z = x + y" in out, out
+    assert out.rstrip().endswith(MIX_WORDS), out
+    assert "torchdevmagic" not in out and "__torch_function__" not in out, out
+    own = os.path.dirname(os.path.dirname(memory.__file__))
+    tb = sys.last_traceback
+    while tb is not None:
+        assert not tb.tb_frame.f_code.co_filename.startswith(own)
+        tb = tb.tb_next
+
+
+def test_an_emulated_error_shows_no_frame_of_the_emulator_in_python(tmp_path: Path) -> None:
+    script = tmp_path / "mix.py"
+    script.write_text(
+        f"import torch\nfrom torchdevmagic.emulate import start\nstart()\n{MIX}\nz = x + y\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    lines = out.stderr.rstrip().splitlines()
+    assert lines[-1] == MIX_WORDS, out.stderr
+    assert [ln for ln in lines if ln.startswith("  File ")] == [
+        f'  File "{script}", line 7, in <module>'
+    ], out.stderr

@@ -161,8 +161,9 @@ def test_terminal_ipython_shows_cuda_s_error_under_the_user_s_line() -> None:
     assert "----> 1 w = z[:, None] @ z[None, :]" in text, text
     assert text.count(f"OutOfMemoryError: CUDA out of memory. {TERA}") == 2, text
     assert "DefaultCPUAllocator" not in text
-    # IPython 8+ always shows the innermost frame, hidden or not: ours is one line, the
-    # raise; none of the internals it came through (the ledger, the op runner).
+    # no frame of the emulator: neither the internals it came through (the ledger, the op
+    # runner) nor the placement mode's raise (IPython 8+ always shows the innermost frame)
     frames = ("memory.py", "sizes.py", "Ledger.", "in _factory(", "in generic(", "in wrap(")
+    frames += ("placement.py", "__torch_function__")
     for internal in frames:
         assert internal not in text, text

@@ -9,8 +9,9 @@ parameter that the ``.to("cuda")`` run next could then not swap onto the GPU).
 from __future__ import annotations
 
 import os
+import sys
 import types
-from typing import Optional
+from typing import Any, Callable, Optional
 
 
 class EmulationUnsupported(RuntimeError):
@@ -42,6 +43,48 @@ def released(exc: BaseException) -> BaseException:
             e.__context__ = None
         e = e.__cause__ or e.__context__
     return exc
+
+
+def shown(value: Optional[BaseException], tb: Any) -> Any:
+    """The traceback to show for ``value``: the one it has, without the emulator's frames.
+    The frame that raised an emulated error (the placement mode's, or the tensor's own
+    ``__torch_function__``) is still in the traceback the error reaches the user with: a
+    Python frame that raises is always recorded. Shown through ``sys.excepthook`` and
+    IPython's ``_get_exc_info`` while a session runs, the traceback is what a GPU's is: the
+    user's frames, torch's, and the error."""
+    if value is None or tb is None or not _holds_own(tb):
+        return tb
+    released(value)
+    return value.__traceback__
+
+
+def _holds_own(tb: Any) -> bool:
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(_OWN_DIR):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def excepthook_standin(original: Callable[..., Any]) -> Callable[..., Any]:
+    def excepthook(etype: Any, value: Any, tb: Any) -> Any:
+        return original(etype, value, shown(value, tb))
+
+    return excepthook
+
+
+def exc_info_standin(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A shell's ``_get_exc_info`` (IPython 7.34-9.x), which every traceback it shows, and
+    ``%tb``/``%debug`` (``sys.last_traceback``), read."""
+
+    def _get_exc_info(exc_tuple: Any = None) -> Any:
+        etype, value, tb = original(exc_tuple)
+        clean = shown(value, tb)
+        if clean is not tb:
+            sys.last_traceback = clean
+        return etype, value, clean
+
+    return _get_exc_info
 
 
 def _own_frames_dropped(exc: BaseException) -> BaseException:

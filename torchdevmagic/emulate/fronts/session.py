@@ -17,6 +17,7 @@ from torchdevmagic.emulate.core import autocast as _autocast
 from torchdevmagic.emulate.core import autograd_function as _autograd
 from torchdevmagic.emulate.core import cpp_functions as _cpp_functions
 from torchdevmagic.emulate.core import dispatch as _dispatch
+from torchdevmagic.emulate.core import errors as _errors
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
@@ -268,6 +269,11 @@ def _apply(session: Session) -> None:
     _serialization(p, session.count)
     _collectives(p, session.cuda.Stream)
     p.set(torch, "compile", _patches.compile_standin(torch.compile))
+    # Tracebacks shown without the emulator's frames (the one that raised stays recorded).
+    p.set(sys, "excepthook", _errors.excepthook_standin(sys.excepthook))
+    shell = _running_shell()
+    if shell is not None:
+        p.set(shell, "_get_exc_info", _errors.exc_info_standin(shell._get_exc_info))
     # autocast("cuda") casts as on a GPU: CUDA's policy on the CPU tensors (core/autocast).
     if _autocast.available():
         autocast = torch.amp.autocast_mode.autocast
@@ -350,6 +356,15 @@ def _autograd_functions(p: _patches.Patcher) -> None:
     autograd = torch._C._autograd
     push = autograd._push_saved_tensors_default_hooks
     p.set(autograd, "_push_saved_tensors_default_hooks", _hooks.saved_tensors_standin(push))
+
+
+def _running_shell() -> Any:
+    """The IPython shell this process runs, if any (IPython is not imported for it)."""
+    module = sys.modules.get("IPython.core.interactiveshell")
+    cls = getattr(module, "InteractiveShell", None)
+    if cls is None or not cls.initialized():
+        return None
+    return cls.instance()
 
 
 def _clear_hooks() -> None:
