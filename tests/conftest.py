@@ -176,6 +176,7 @@ QUICK_TESTS = frozenset(
         "test_emulate_passed_in.py::test_lengths_passed_in_are_not_said_to_be_made_in_the_helper",
         "test_emulate_placement.py::test_module_cuda_type_and_the_tutorial_lines",
         "test_emulate_placement.py::test_a_meta_module_cannot_be_copied_to_the_gpu",
+        "test_emulate_random.py::test_a_generator_of_the_other_device_type_is_refused",
         "test_emulate_pinned.py::test_non_blocking_copies",
         "test_emulate_refusals.py::test_out_of_memory_is_cuda_s_before_the_cpu_allocates[empty]",
         "test_env_doors.py::test_an_api_report_outside_ipython_is_for_a_script",
