@@ -66,7 +66,13 @@ def _take(x: Any, st: list[Any]) -> Any:
     if isinstance(x, _Tensor):
         st[1] = True
         st[3].append(x)
+    elif hasattr(kind, "__torch_function__"):
+        raise _TensorLike  # a tensor-like of a library's own: its __torch_function__ first
     return x
+
+
+class _TensorLike(Exception):
+    """An argument is a tensor-like (not a Tensor) with its own ``__torch_function__``."""
 
 
 def handle(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -88,22 +94,27 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     new_args = []
     # _take, inlined for the common arguments: calling it instead made x + 1 1.107x as slow
     # (IQR 1.003-1.253; benchmarks/ab_emulate.py --rounds 41 --n 4000, see its README).
-    for a in args:
-        kind = type(a)
-        if kind is _EMU:
-            d = a.__dict__
-            dev = d["_emulated_device"]
-            if st[0] is None:
-                st[0] = dev
-            elif dev != st[0]:
-                st[1] = True
-            inputs.append(a)
-            new_args.append(d["_inner"])
-        elif kind in _PLAIN:
-            new_args.append(a)
-        else:
-            new_args.append(_take(a, st))
-    new_kwargs = {k: _take(v, st) for k, v in kwargs.items()} if kwargs else kwargs
+    try:
+        for a in args:
+            kind = type(a)
+            if kind is _EMU:
+                d = a.__dict__
+                dev = d["_emulated_device"]
+                if st[0] is None:
+                    st[0] = dev
+                elif dev != st[0]:
+                    st[1] = True
+                inputs.append(a)
+                new_args.append(d["_inner"])
+            elif kind in _PLAIN:
+                new_args.append(a)
+            else:
+                new_args.append(_take(a, st))
+        new_kwargs = {k: _take(v, st) for k, v in kwargs.items()} if kwargs else kwargs
+    except _TensorLike:
+        # Unwrapped here, its own __torch_function__ would meet our CPU tensors with the
+        # emulated ones inside it: torch calls it first instead, and it calls back.
+        return NotImplemented
     device = st[0]
     if device is None:
         return func(*args, **kwargs)
