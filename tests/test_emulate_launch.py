@@ -23,14 +23,17 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 local_rank = int(os.environ["LOCAL_RANK"])
 names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
          "OMP_NUM_THREADS", "TORCHELASTIC_RUN_ID")
-print("env", local_rank, " ".join(f"{n}={os.environ[n]}" for n in names), flush=True)
+lines = ["env " + " ".join(f"{n}={os.environ[n]}" for n in names)]
 if os.environ.get("SET_DEVICE", "1") == "1":
     torch.cuda.set_device(local_rank)
 dist.init_process_group("nccl")
 model = DDP(torch.nn.Linear(4, 2).cuda(), device_ids=[local_rank])
 model(torch.randn(3, 4, device="cuda")).sum().backward()
-print("grad", dist.get_rank(), model.module.weight.grad.device, flush=True)
+lines.append(f"grad {dist.get_rank()} {model.module.weight.grad.device}")
 dist.destroy_process_group()
+# (one file per rank: the ranks share the terminal, and their prints interleave there)
+with open(f"rank{local_rank}.txt", "w") as f:
+    f.write("\\n".join(lines))
 """
 
 
@@ -56,11 +59,11 @@ def test_two_ranks_run_ddp_with_torchrun_s_environment(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     out = done.stdout
     for rank in (0, 1):
-        assert (
-            f"env {rank} RANK={rank} LOCAL_RANK={rank} WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 "
-            "GROUP_RANK=0 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1 TORCHELASTIC_RUN_ID=none"
-        ) in out, out
-        assert f"grad {rank} cuda:{rank}" in out, out
+        assert (tmp_path / f"rank{rank}.txt").read_text(encoding="utf-8").splitlines() == [
+            f"env RANK={rank} LOCAL_RANK={rank} WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 "
+            "GROUP_RANK=0 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1 TORCHELASTIC_RUN_ID=none",
+            f"grad {rank} cuda:{rank}",
+        ]
     assert out.rstrip().endswith(
         f"torchdevmagic: 2 ranks ran {tmp_path / 'train.py'} on 2 emulated GPU(s)"
     )
