@@ -43,10 +43,14 @@ def to_cpu() -> int:
     moved = 0
     for t in tensors:
         inner = t.__dict__["_inner"]
+        # its gradient comes along to the CPU: counted too once read through the wrapper
+        grad = inner.grad if inner.is_leaf else None
         try:
             leave(t)
         except RuntimeError:
             continue
         forget(inner.untyped_storage())
+        if grad is not None:
+            forget(grad.untyped_storage())
         moved += 1
     return moved
