@@ -253,6 +253,7 @@ shell.run_cell("%%devcheck\ny = model(batch_of_images_from_the_loader)")
 
 
 @pytest.mark.slow
+@pytest.mark.emulate
 def test_fix_lines_are_whole_at_a_narrow_terminal(tmp_path: Path) -> None:
     """Terminal IPython at 30 columns: ``%devices`` (rich) and ``%%devcheck`` (the
     traceback) print each fix's code whole on its own line, the hint on the next."""
@@ -409,6 +410,7 @@ def test_plain_dict_of_tensors_held_by_a_module(emu_shell: Any) -> None:
 
 @pytest.mark.kernel
 @pytest.mark.slow
+@pytest.mark.emulate
 def test_in_a_jupyter_kernel_the_corrected_cell_is_a_set_next_input_payload(
     tmp_path: Path,
 ) -> None:

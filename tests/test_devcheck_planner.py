@@ -91,6 +91,7 @@ def _solved(shell: Any, case: Any) -> Any:
     return outcome
 
 
+@pytest.mark.emulate
 def test_parameters_of_a_module_move_the_module(shell: Any) -> None:
     # ``layer.weight = layer.weight.to(d)`` raises TypeError (a Parameter takes no plain
     # tensor, pytorch#44022): the fix moves the module that holds them.
@@ -106,6 +107,7 @@ def test_parameters_of_a_module_move_the_module(shell: Any) -> None:
     assert outcome.strategy == "parameter_owner"
 
 
+@pytest.mark.emulate
 def test_a_list_made_in_a_helper_is_rebuilt_not_given_to(shell: Any) -> None:
     # pytorch#52041: a sequence of CPU tensors that must go to the GPU. A list has no .to().
     setup = PRE + (
@@ -200,6 +202,7 @@ def _library_case(name: str, url: str, helper: tuple[str, str], setup: str, cell
     return Case(name, url, setup, cell, "device_mismatch", None, helper=helper, library=True)
 
 
+@pytest.mark.emulate
 def test_a_library_loss_with_a_plain_attribute_is_fixed_on_the_users_object(shell: Any) -> None:
     # KevinMusgrave/pytorch-metric-learning#139: a loss of an installed library keeps a
     # tensor as a plain attribute; the user moved the loss, the tensor stayed on the CPU.
@@ -219,6 +222,7 @@ def test_a_library_loss_with_a_plain_attribute_is_fixed_on_the_users_object(shel
     assert "loss_fn" in outcome.fix and "proxies" in outcome.fix
 
 
+@pytest.mark.emulate
 def test_a_library_schedulers_tables_are_moved_on_the_users_object(shell: Any) -> None:
     # huggingface/diffusers#3089: a scheduler's tables stay on the CPU while the samples and
     # timesteps are on the GPU; the error is raised in the scheduler's own add_noise.
@@ -239,6 +243,7 @@ def test_a_library_schedulers_tables_are_moved_on_the_users_object(shell: Any) -
     assert "scheduler.alphas_cumprod" in outcome.fix
 
 
+@pytest.mark.emulate
 def test_a_library_reads_a_user_modules_buffer(shell: Any) -> None:
     # pytorch/pytorch#122757's shape (a loss's weight buffer left on the CPU, the loss
     # "defined somewhere else") inside a library: the library's pipeline holds its modules in
@@ -358,6 +363,7 @@ class StackedLSTM(nn.Module):
 """
 
 
+@pytest.mark.emulate
 def test_a_library_modules_list_of_hidden_pairs_is_rebuilt(shell: Any) -> None:
     # taishan1994/pytorch_triple_extraction#8: the hidden state's elements had to be put on
     # the GPU; here a library module keeps (h, c) pairs in a plain list made before .to().
