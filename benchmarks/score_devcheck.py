@@ -48,6 +48,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the suite's way of pasting a fix: one for both
+import _fixrun  # noqa: E402
+
 DEFAULT_CASES = ROOT / "tests" / "data" / "devcheck_heldout_cases.py"
 
 SOLVED = "solved"
@@ -171,18 +174,9 @@ def culprit_matches(named: list[str], accepted: tuple[str, ...]) -> bool:
 
 
 def pasted(source: str, d: Any) -> str:
-    """``source`` with the fix pasted where it says, as a user does: before line
-    ``fix_lineno`` (``fix_insert``), or over lines ``fix_lineno``..``fix_end_lineno``; each
-    line of the fix at the indentation of the first line it meets."""
-    lines = source.splitlines()
-    at = lines[d.fix_lineno - 1]
-    indent = at[: len(at) - len(at.lstrip())]
-    new = [indent + line if line else line for line in d.fix.split("\n")]
-    if d.fix_insert:
-        lines[d.fix_lineno - 1 : d.fix_lineno - 1] = new
-    else:
-        lines[d.fix_lineno - 1 : d.fix_end_lineno or d.fix_lineno] = new
-    return "\n".join(lines) + "\n"
+    """``source`` with the fix pasted where it says, as the suite pastes it (a file's text:
+    ending in a newline)."""
+    return _fixrun.pasted(source, d) + "\n"
 
 
 def _library_path(path: str) -> bool:
@@ -190,18 +184,6 @@ def _library_path(path: str) -> bool:
         return True
     stdlib = sysconfig.get_paths().get("stdlib", "")
     return bool(stdlib) and path.startswith(stdlib)
-
-
-def _cell_filename(shell: Any, exc: BaseException) -> Optional[str]:
-    """The failing cell's code file: the innermost module-level frame of the namespace."""
-    found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        f = tb.tb_frame
-        if f.f_globals is shell.user_ns and f.f_code.co_name == "<module>":
-            found = f.f_code.co_filename
-        tb = tb.tb_next
-    return found
 
 
 def _raised_on_fix(exc: BaseException, fix: str) -> bool:
@@ -323,7 +305,7 @@ class Runner:
         if err is None:
             out.detail = "the cell did not fail"
             return out
-        cell_file = _cell_filename(self.shell, err)
+        cell_file = _fixrun.cell_filename(self.shell, err)
         d = self.shell.run_line_magic("devcheck", "-o")
         if d is None:
             out.result, out.detail = NO_DIAGNOSIS, _short(err)

@@ -3,7 +3,7 @@ finding's fix line, and a ``%%devcheck`` cell's fix applied where the tool says.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from torchdevmagic.render.findings import finding_fix
 
@@ -22,6 +22,18 @@ def finding_fix_runs(shell: Any, code: str, fix: str) -> tuple[Any, str]:
 
 def has_finding(shell: Any, code: str) -> bool:
     return any(f.code == code for f in shell.run_line_magic("devices", "-o").findings)
+
+
+def cell_filename(shell: Any, exc: BaseException) -> Optional[str]:
+    """The failing cell's code file: the innermost module-level frame of the namespace."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        f = tb.tb_frame
+        if f.f_globals is shell.user_ns and f.f_code.co_name == "<module>":
+            found = f.f_code.co_filename
+        tb = tb.tb_next
+    return found
 
 
 def pasted(source: str, d: Any) -> str:

@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _fixrun import pasted
+from _fixrun import cell_filename, pasted
 
 _CASES_PATH = Path(__file__).parent / "data" / "devcheck_real_cases.py"
 _spec = importlib.util.spec_from_file_location("devcheck_real_cases", _CASES_PATH)
@@ -88,18 +88,6 @@ def _edit(lines: list[str], d: Any) -> list[str]:
     return pasted("\n".join(lines), d).split("\n")
 
 
-def _cell_filename(shell: Any, exc: BaseException) -> Optional[str]:
-    """The %%devcheck body's code file: the innermost module-level frame of the namespace."""
-    found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        f = tb.tb_frame
-        if f.f_globals is shell.user_ns and f.f_code.co_name == "<module>":
-            found = f.f_code.co_filename
-        tb = tb.tb_next
-    return found
-
-
 class Runner:
     """Runs one case in ``shell``; helper files go to ``tmp``."""
 
@@ -150,7 +138,7 @@ class Runner:
         if d.fix is None:
             out.detail += "; no fix"
             return out
-        cell_file = _cell_filename(self.shell, err)
+        cell_file = cell_filename(self.shell, err)
         err = self._apply_and_rerun(d, cell, cell_file)
         out.fixed = err is None
         if not out.fixed:
