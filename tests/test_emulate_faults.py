@@ -166,6 +166,34 @@ def test_an_emulated_error_shows_no_frame_of_the_emulator_in_ipython(
         tb = tb.tb_next
 
 
+@pytest.mark.parametrize("explained", ["%devcheck on", "%%devcheck"])
+def test_an_emulated_error_explained_by_devcheck_shows_no_frame_of_the_emulator(
+    emu_shell: Any, capsys: pytest.CaptureFixture[str], explained: str
+) -> None:
+    """``%%devcheck`` and ``%devcheck on`` render the traceback themselves, with the
+    diagnosis under it: the same traceback a GPU's is, no frame of the emulator."""
+    assert emu_shell.run_cell(MIX).error_in_exec is None
+    cell = "z = x + y"
+    if explained == "%devcheck on":
+        emu_shell.run_line_magic("devcheck", "on")
+    else:
+        cell = "%%devcheck\n" + cell
+    try:
+        capsys.readouterr()
+        err = emu_shell.run_cell(cell).error_in_exec
+    finally:
+        emu_shell.run_line_magic("devcheck", "off")
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert type(err) is RuntimeError
+    assert "z = x + y" in out and "Device mismatch" in out, out
+    assert "torchdevmagic" not in out and "__torch_function__" not in out, out
+    own = os.path.dirname(os.path.dirname(memory.__file__))
+    tb = err.__traceback__
+    while tb is not None:
+        assert not tb.tb_frame.f_code.co_filename.startswith(own)
+        tb = tb.tb_next
+
+
 def test_an_emulated_error_shows_no_frame_of_the_emulator_in_python(tmp_path: Path) -> None:
     script = tmp_path / "mix.py"
     script.write_text(

@@ -224,6 +224,9 @@ class DevcheckMagics(Magics):
                 _add_note(exc, text)
                 if _shown.renders_itself(exc):
                     return None  # its own rendering (e.g. a remote traceback) wins
+                # the traceback as the shell shows any error: an emulated GPU's without the
+                # emulator's frames (its stand-in for the shell's _get_exc_info drops them)
+                exc.with_traceback(shell._get_exc_info((type(exc), exc, exc.__traceback__))[2])
                 keep = None
                 if collapse:
                     from torchdevmagic.diagnosis.culprits import default_user_frame
