@@ -106,13 +106,18 @@ def _run_example(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str
     )
 
 
-def _alone(rank: int) -> dict[str, Any]:
-    """Rank ``rank``'s gradients computed alone, on the CPU, from rank 0's weights."""
+def _example() -> Any:
     sys.path.insert(0, str(EXAMPLE.parent))
     try:
         import ddp_example
     finally:
         sys.path.remove(str(EXAMPLE.parent))
+    return ddp_example
+
+
+def _alone(rank: int) -> dict[str, Any]:
+    """Rank ``rank``'s gradients computed alone, on the CPU, from rank 0's weights."""
+    ddp_example = _example()
     torch.manual_seed(0)
     model = ddp_example.ToyModel()
     inputs, labels = ddp_example.batch(rank)
@@ -120,21 +125,48 @@ def _alone(rank: int) -> dict[str, Any]:
     return {n: p.grad for n, p in model.named_parameters()}
 
 
+def _one_process_step() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The example's step in one process on the CPU, from rank 0's weights, on the two ranks'
+    batches concatenated: (gradients, parameters after the optimizer's step)."""
+    ddp_example = _example()
+    torch.manual_seed(0)
+    model = ddp_example.ToyModel()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    (x0, y0), (x1, y1) = ddp_example.batch(0), ddp_example.batch(1)
+    optimizer.zero_grad()
+    nn.MSELoss()(model(torch.cat([x0, x1])), torch.cat([y0, y1])).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    optimizer.step()
+    return grads, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
 @pytest.mark.slow
 def test_the_ddp_example_averages_gradients_across_two_emulated_gpus(tmp_path: Path) -> None:
+    """One DDP step on two emulated GPUs is one step of the same model in one process on the
+    two ranks' batches concatenated (data parallelism's promise): gradients and parameters
+    after the optimizer's step; each rank's gradients are the mean of the ranks' own."""
     done = _run_example(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert [r["devices"] for r in ranks] == [["cuda:0"], ["cuda:1"]]
     assert [r["grad_devices"] for r in ranks] == [["cuda:0"], ["cuda:1"]]
     alone = [_alone(0), _alone(1)]
+    grads, params = _one_process_step()
     for name, grad in ranks[0]["grads"].items():
+        assert torch.allclose(grad, grads[name], rtol=1e-5, atol=1e-7), name
         mean = (alone[0][name] + alone[1][name]) / 2
         assert torch.allclose(grad, mean, rtol=1e-6, atol=1e-7), name
         assert not torch.allclose(grad, alone[0][name]), name  # averaged, not its own
         assert torch.equal(ranks[1]["grads"][name], grad), name
-        assert torch.equal(ranks[1]["params"][name], ranks[0]["params"][name]), name
+        for rank in ranks:
+            assert torch.allclose(rank["params"][name], params[name], rtol=1e-5, atol=1e-7), name
+        assert not torch.allclose(params[name], _initial(name)), name  # the step moved it
     assert [r["cpu_error"] for r in ranks] == [NO_CPU_BACKEND, NO_CPU_BACKEND]
+
+
+def _initial(name: str) -> Any:
+    torch.manual_seed(0)
+    return dict(_example().ToyModel().named_parameters())[name].detach()
 
 
 @pytest.mark.slow
