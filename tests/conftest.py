@@ -86,6 +86,7 @@ QUICK_FILES = frozenset(
         "test_cuda_time_magic.py",
         "test_cuda_time_plot.py",
         "test_devcheck_checkpoint_wrappers.py",
+        "test_devcheck_distributed.py",
         "test_devcheck_fix_texts.py",
         "test_devcheck_fixcell.py",
         "test_devcheck_fixsource.py",

@@ -271,6 +271,11 @@ def device_mismatch(c: Ctx) -> Diagnosis:
         rows, culprits = [culprit_row(plan.culprit)], [plan.culprit]
     notes = [plan.note] if plan is not None and plan.note else _refused_notes(planned)
     notes += together.plain_attribute_notes(culprits) + ca.class_notes(culprits)
+    if match.rule == "dist_backend_device" and fx.device_type(target) == "cuda":
+        notes.append(
+            "an NCCL group's collectives take tensors on this rank's GPU: \"cuda\" is that GPU "
+            "once torch.cuda.set_device(local_rank) has run"
+        )
     summary = _mismatch_summary(match, rows, culprits, target, others, notes)
     shown = {v.object_id for v in culprits}  # a culprit under its inner name too
     if made_here:  # the outer frames' values did not reach the failing line

@@ -172,6 +172,19 @@ def where_device(m: re.Match[str]) -> Match:
     )
 
 
+@coded(r"No backend type associated with device type (\w+)|Tensors must be (CUDA) and dense")
+def dist_backend_device(m: re.Match[str]) -> Match:
+    """A collective got a tensor on a device its group has no backend for: a CPU tensor into
+    an NCCL group (c10d's ``getBackend``, pytorch#70155's object collectives), a CPU tensor
+    beside GPU ones (ProcessGroupNCCL). The tensor moves to the rank's GPU; a GPU tensor into
+    a CPU-only group moves to the CPU."""
+    odd = norm_device(m.group(1) or "cpu")
+    expected = "cuda" if odd == "cpu" else "cpu"
+    return make(
+        DEVICE_MISMATCH, "dist_backend_device", devices=(expected, odd), expected=expected, odd=odd
+    )
+
+
 @coded(r"'lengths' argument should be a 1D CPU int64 tensor, but got (\d+)D (\S+) (\w+) tensor")
 def pack_padded_lengths(m: re.Match[str]) -> Match:
     """pack_padded_sequence wants ``lengths`` on the CPU, even with a model on the GPU."""

@@ -158,11 +158,7 @@ TABLE: tuple[Rule, ...] = (
         r"returned an invalid gradient at index (\d+) - expected device (\S+) but got (\S+)",
         DEVICE, expected=2, odd=3, argument="grad",
     ),
-    Row(
-        "dist_backend_device",  # a collective got a tensor on a device its group lacks
-        r"No backend type associated with device type (\w+)|Tensors must be (CUDA) and dense",
-        DEVICE, odd=(1, "cpu"),
-    ),
+    c.dist_backend_device,
     Row(
         "too_many_cpu_scalars",  # a GPU kernel accepts one 0-dim CPU tensor, not several
         r"Trying to pass too many CPU scalars to non-CPU kernel",
