@@ -382,3 +382,90 @@ def test_products_cuda_computes_still_run() -> None:
         assert (torch.ones(0, 3, dtype=torch.long, device="cuda") @ _long(3, 2)).shape == (0, 2)
         with pytest.raises(RuntimeError, match="same dtype"):  # the mix is refused first
             torch.nn.Linear(3, 2).cuda()(_long(2, 3))
+
+
+# -- cuDNN's own checks of RNNs (aten/src/ATen/native/cudnn/RNN.cpp) ---------------------------
+CUDNN_TRAINING_ONLY = "cudnn RNN backward can only be called in training mode"
+RNNS = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU, "RNN": torch.nn.RNN}
+
+
+def _rnn_output(kind: str, packed: bool, **options: Any) -> Any:
+    """A 2-layer bidirectional RNN on the GPU over an input that requires grad; the
+    output, padded or packed."""
+    rnn = RNNS[kind](4, 6, num_layers=2, bidirectional=True, **options).cuda()
+    x = torch.randn(5, 3, 4, device="cuda", requires_grad=True)
+    if packed:
+        x = torch.nn.utils.rnn.pack_padded_sequence(x, torch.tensor([5, 4, 2]))
+    return rnn, x
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("kind", list(RNNS))
+def test_backward_through_an_rnn_in_eval_mode_is_refused_as_cudnn_refuses_it(
+    kind: str, packed: bool
+) -> None:
+    """Grad-CAM, Integrated Gradients, adversarial examples on a model in eval(): the CPU
+    computes the gradient, cuDNN refuses (pytorch#15788, meta-pytorch/captum#1159)."""
+    with emulate_cuda():
+        rnn, x = _rnn_output(kind, packed)
+        out, hidden = rnn.eval()(x)
+        with pytest.raises(RuntimeError) as info:
+            (hidden[0] if kind == "LSTM" else hidden).sum().backward()
+        assert str(info.value) == CUDNN_TRAINING_ONLY
+        data = out.data if packed else out
+        with pytest.raises(RuntimeError, match=CUDNN_TRAINING_ONLY):
+            data.sum().backward()
+
+
+RNN_RUNS: dict[str, Callable[[Any, Any], Any]] = {
+    "train mode": lambda rnn, x: rnn.train()(x)[0].sum().backward(),
+    "eval mode, no grad": lambda rnn, x: rnn.eval()(x.detach()),
+    "eval mode, under no_grad": lambda rnn, x: _no_grad(lambda: rnn.eval()(x)),
+    "eval mode, cuDNN off": lambda rnn, x: _cudnn_off(lambda: rnn.eval()(x)[0].sum().backward()),
+    "eval mode, bfloat16 (no cuDNN)": lambda rnn, x: (
+        rnn.bfloat16().eval()(x.bfloat16())[0].float().sum().backward()
+    ),
+}
+
+
+def _no_grad(call: Callable[[], Any]) -> Any:
+    with torch.no_grad():
+        return call()
+
+
+def _cudnn_off(call: Callable[[], Any]) -> Any:
+    with torch.backends.cudnn.flags(enabled=False):
+        return call()
+
+
+@pytest.mark.parametrize("name", list(RNN_RUNS))
+def test_rnns_a_gpu_runs_still_run(name: str) -> None:
+    with emulate_cuda():
+        rnn, x = _rnn_output("LSTM", packed=False)
+        RNN_RUNS[name](rnn, x)
+        assert torch.backends.cudnn.enabled  # the user's switch is put back
+
+
+def test_a_hidden_state_cudnn_cannot_take_is_refused() -> None:
+    """A state sliced to a smaller last batch (fastai/fastai2#141: ``h[:, :bs]`` of a
+    2-layer state) is not contiguous: cuDNN refuses it, the CPU runs it; a dtype other than
+    the input's is refused with check_attributes' words, not the CPU kernel's."""
+    with emulate_cuda():
+        lstm = torch.nn.LSTM(4, 6, num_layers=2).cuda()
+        x = torch.randn(5, 3, 4, device="cuda")
+        h = torch.zeros(2, 8, 6, device="cuda")[:, :3]
+        with pytest.raises(RuntimeError) as info:
+            lstm(x, (h, h.contiguous()))
+        assert str(info.value) == "rnn: hx is not contiguous"
+        with pytest.raises(RuntimeError) as info:
+            lstm(x, (h.contiguous(), h))
+        assert str(info.value) == "rnn: cx is not contiguous"
+        with pytest.raises(RuntimeError) as info:
+            torch.nn.GRU(4, 6).cuda()(x, torch.zeros(1, 3, 6, dtype=torch.float64).cuda())
+        assert str(info.value) == (
+            "Input and hidden tensors are not the same dtype, found input tensor with Float "
+            "and hidden tensor with Double"
+        )
+        assert lstm(x, (h.contiguous(), h.contiguous()))[0].shape == (5, 3, 6)  # the fix
+        with torch.backends.cudnn.flags(enabled=False):
+            assert lstm(x, (h, h))[0].shape == (5, 3, 6)  # CUDA's own kernels take it

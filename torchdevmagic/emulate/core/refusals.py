@@ -32,6 +32,12 @@ survey: the matrix products (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``mv``, ``
 AT_DISPATCH's ``NotImplementedError`` ("addmm_cuda" not implemented for 'Long') and the CPU's
 compute. Other kernels' dtype gaps are not in it.
 
+cuDNN's checks of the RNNs a GPU runs on cuDNN (``lstm``, ``gru``, ``rnn_tanh``,
+``rnn_relu`` with an input of cuDNN's dtypes while ``torch.backends.cudnn.enabled``): the
+hidden states' and weights' dtypes, contiguous hidden states, and no backward through an RNN
+run in eval mode. Its double backward ("Double backwards is not supported for CuDNN RNNs")
+is not in it.
+
 Not here: the alerts a CPU kernel makes too (``put_`` with ``accumulate=False``, the
 ``MaxUnpool`` layers), which the CPU kernel raises itself; ops whose CUDA kernel has a
 deterministic path in torch 2.13 although the documentation still lists them
@@ -334,6 +340,79 @@ def _backward(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
     return _armed if torch.is_grad_enabled() else None
 
 
+# -- cuDNN's RNNs -------------------------------------------------------------------------------
+# A CUDA build runs an RNN on cuDNN when ``at::cudnn_is_acceptable(input)``: cuDNN enabled
+# (``torch.backends.cudnn.enabled``, ``cudnn.flags(enabled=False)`` turns it off), an input of
+# one of cuDNN's dtypes (``torch.backends.cudnn.CUDNN_TENSOR_DTYPES``: float16, float32,
+# float64; bfloat16 takes CUDA's native kernels), not empty. ``_cudnn_rnn`` then checks what
+# the CPU's kernels do not (aten/src/ATen/native/cudnn/RNN.cpp): the hidden states' and the
+# weights' dtypes against the input's (``check_attributes`` with ``check_dtype``), contiguous
+# hidden states (a state sliced to a smaller batch, ``h[:, :bs]``: fastai/fastai2#141,
+# unit8co/darts#730), and its backward runs only on a forward made in training mode
+# (``fn_train``: a module in ``eval()`` whose output is backpropagated, as Grad-CAM or
+# Integrated Gradients do: pytorch#15788, pytorch#5878, meta-pytorch/captum#1159). Devices
+# are checked before, as the CPU's path checks them (``rnn.py``).
+_CUDNN_DTYPES = frozenset(
+    getattr(torch.backends.cudnn, "CUDNN_TENSOR_DTYPES", (torch.half, torch.float, torch.double))
+)
+_cudnn_enabled: Callable[[], bool] = torch._C._get_cudnn_enabled
+
+
+def _autocasting() -> bool:
+    """An autocast region casts an RNN's tensors to one dtype before cuDNN sees them
+    (``AutocastRNN.cpp``)."""
+    return bool(getattr(torch._C, "_is_any_autocast_enabled", lambda: False)())
+
+
+def _packed_rnn(args: Any) -> bool:
+    """``lstm(data, batch_sizes, hx, params, ...)`` rather than ``lstm(input, hx, params,
+    ...)``: a hidden state, or LSTM's list of them, third (``rnn.packed``'s test)."""
+    if len(args) < 4 or not isinstance(args[1], _T):
+        return False
+    return isinstance(args[2], _T) or isinstance(args[3], (list, tuple))
+
+
+def _cudnn_rnn(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
+    """``_VF.lstm``/``gru``/``rnn_tanh``/``rnn_relu`` where a GPU takes cuDNN."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    x = args[0] if args else None
+    if not (isinstance(x, _T) and x.dtype in _CUDNN_DTYPES and _cudnn_enabled()):
+        return None
+    if x.numel() == 0 or len(args) < 7:
+        return None
+    first = 2 if _packed_rnn(args) else 1  # hx, params, has_biases, layers, dropout, train
+    hx, params, train = args[first], args[first + 1], args[first + 5]
+    hiddens = [hx] if isinstance(hx, _T) else list(hx)
+    for name, group in (("hidden", hiddens), ("parameter", list(params))):
+        for t in group:
+            if isinstance(t, _T) and t.dtype != x.dtype and not _autocasting():
+                raise RuntimeError(
+                    f"Input and {name} tensors are not the same dtype, found input tensor "
+                    f"with {SCALAR_NAMES[x.dtype]} and {name} tensor with "
+                    f"{SCALAR_NAMES[t.dtype]}"
+                )
+    if not hiddens[0].is_contiguous():
+        raise RuntimeError("rnn: hx is not contiguous")
+    if len(hiddens) > 1 and not hiddens[1].is_contiguous():
+        raise RuntimeError("rnn: cx is not contiguous")
+    return None if train else _training_only
+
+
+def _training_only(out: Any) -> None:
+    """Arm the refusal on every node the CPU's RNN made for its outputs (one cuDNN node on a
+    GPU): backward reaching any of them fails, as ``_cudnn_rnn_backward`` does."""
+    seen = set()
+    for t in out if isinstance(out, tuple) else (out,):
+        node = getattr(t, "grad_fn", None) if isinstance(t, _T) else None
+        if node is not None and id(node) not in seen:
+            seen.add(id(node))
+            node.register_prehook(_raises_training_only)
+
+
+def _raises_training_only(grad_outputs: Any) -> None:
+    raise RuntimeError("cudnn RNN backward can only be called in training mode")
+
+
 # -- the table ----------------------------------------------------------------------------------
 def _functions(names: tuple[str, ...], *owners: Any) -> list[Any]:
     found = []
@@ -395,6 +474,8 @@ def _build() -> dict[Any, Rule]:
             table[f] = _product(name)
     table[_T.__matmul__] = _product("matmul")
     table[_T.__rmatmul__] = _product("__rmatmul__")
+    for f in _functions(("lstm", "gru", "rnn_tanh", "rnn_relu"), torch._C._VariableFunctions):
+        table[f] = _cudnn_rnn
     return table
 
 

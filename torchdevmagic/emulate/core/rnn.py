@@ -15,6 +15,7 @@ import torch
 
 from torchdevmagic.emulate.core import autocast as _autocast
 from torchdevmagic.emulate.core import ops as _ops
+from torchdevmagic.emulate.core.refusals import TABLE
 from torchdevmagic.emulate.core.rules import not_a_cpu_long
 from torchdevmagic.emulate.core.sizes import refused
 from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, wrap
@@ -43,6 +44,8 @@ def rnn(func: Any, args: Any, kwargs: Any) -> Any:
     # (its own fused kernel; the general path would take the CPU batch sizes for a mix and
     # compute through the op's decomposition, one ulp off the CPU's values).
     inner = tuple(map(_inner, args))
+    rule = TABLE.get(func)  # cuDNN's own checks, as the general path consults them
+    after = rule(inner, kwargs) if rule is not None else None
     try:
         if _ops.autocast_regions:
             out = _autocast.call(func, inner, kwargs)  # cuDNN's casts too
@@ -50,6 +53,8 @@ def rnn(func: Any, args: Any, kwargs: Any) -> Any:
             out = func(*inner, **kwargs)
     except RuntimeError as exc:
         raise refused(exc, dev) from None
+    if after is not None:
+        after(out)
     return tuple(wrap(o, dev) if isinstance(o, torch.Tensor) else o for o in out)
 
 
