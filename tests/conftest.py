@@ -420,6 +420,6 @@ def emulation_never_left_on() -> Any:
 
 @pytest.fixture(scope="session")
 def pytorch_errors() -> list[dict[str, Any]]:
-    """The 96 verbatim PyTorch error messages (tests/data/device_errors.jsonl)."""
+    """The verbatim PyTorch error messages (tests/data/device_errors.jsonl)."""
     with ERRORS_FILE.open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]

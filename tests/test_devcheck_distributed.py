@@ -7,6 +7,7 @@ processes, each with its own shell (``--full`` tier)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,3 +65,107 @@ def test_a_cpu_tensor_made_elsewhere_is_moved_before_the_collective(rank_shell: 
     assert [c.expression for c in d.culprits] == ["counts"]
     assert d.fix == 'counts = counts.to("cuda")' and d.fix_lineno is None
     assert rank_shell.user_ns["counts"].device.type == "cuda"
+
+
+def test_fsdp_s_module_on_another_gpu_is_moved_after_set_device(
+    rank_shell: Any, monkeypatch: Any
+) -> None:
+    """Rank 1 of a job moved its model with .cuda() before setting its GPU, then wrapped it
+    with device_id=local_rank: FSDP's "Inconsistent compute device and `device_id` on rank 1:
+    cuda:0 vs cuda:1" (raised by torch's own check: the emulated GPU refuses FSDP). The fix
+    sets the GPU and moves the model before the wrapping line; the check then passes."""
+    monkeypatch.setenv("RANK", "1")
+    rank_shell.run_line_magic("emulate_cuda", "off")
+    rank_shell.run_line_magic("emulate_cuda", "on --devices 2")
+    setup = "import torch\nfrom torch import nn\nfrom _fsdp_check import FSDP\nlocal_rank = 1"
+    body = "model = nn.Linear(4, 2).cuda()\nsharded = FSDP(model, device_id=local_rank)"
+    message = "Inconsistent compute device and `device_id` on rank 1: cuda:0 vs cuda:1"
+    d = fails_then_fixed(rank_shell, setup, body, message, ValueError)
+    assert d.rule == "fsdp_inconsistent_device"
+    assert [c.expression for c in d.culprits] == ["model"]
+    assert (d.fix, d.fix_lineno, d.fix_insert) == (
+        'torch.cuda.set_device(local_rank)\nmodel.to("cuda")',
+        3,
+        True,
+    )
+    assert rank_shell.user_ns["model"].weight.device == torch.device("cuda", 1)
+
+
+# -- two ranks: each a shell running the notebook's cells -------------------------------------
+RANK_SETUP = (
+    "import os, torch, torch.distributed as dist\n"
+    "from torch import nn\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "def _after():\n"
+    "    return str(next(ddp.module.parameters()).device)"
+)
+
+
+def _two_ranks(*cases: tuple[str, str]) -> list[list[dict[str, Any]]]:
+    """Each case's results, by case, then by rank."""
+    from _distributed import free_port, spawn_two
+    from _rank_cells import devcheck_then_fixed
+
+    ported = [(setup, body, (free_port(), free_port())) for setup, body in cases]
+    by_rank = [json.loads(r) for r in spawn_two(devcheck_then_fixed, ported)]
+    return [[by_rank[rank][i] for rank in range(2)] for i in range(len(cases))]
+
+
+@pytest.mark.slow
+def test_ranks_on_one_gpu_get_set_device_before_the_group(tmp_path: Any) -> None:
+    """No set_device: every rank's model on cuda:0, and DDP's constructor fails with NCCL's
+    "Duplicate GPU detected" (csguoh/MambaIR#39, NVIDIA/Megatron-LM#661). Each rank's
+    %%devcheck names the model and inserts set_device with the rank variable the cell has
+    before init_process_group; the fixed cell runs on each rank's own GPU. The second part
+    (a whole model saved from cuda:0, loaded by every rank without map_location,
+    pytorch/examples#969's shape) gets map_location with the same variable."""
+    plain = (
+        'local_rank = int(os.environ["LOCAL_RANK"])\n'
+        'dist.init_process_group("nccl")\n'
+        "model = nn.Linear(4, 2).cuda()\n"
+        "ddp = DDP(model, device_ids=[local_rank])"
+    )
+    saved = RANK_SETUP + (  # each rank's copy of a checkpoint saved from cuda:0
+        f"\nPATH = os.path.join({str(tmp_path)!r}, 'model' + os.environ['LOCAL_RANK'] + '.pt')"
+        '\ntorch.save(nn.Linear(4, 2).to("cuda:0"), PATH)'
+    )
+    loading = (
+        'local_rank = int(os.environ["LOCAL_RANK"])\n'
+        "torch.cuda.set_device(local_rank)\n"
+        'dist.init_process_group("nccl")\n'
+        "model = torch.load(PATH, weights_only=False)\n"
+        "ddp = DDP(model, device_ids=[local_rank])"
+    )
+    first, second = _two_ranks((RANK_SETUP, plain), (saved, loading))
+    for rank, r in enumerate(first):
+        assert r["error"].startswith("DistBackendError: NCCL error in:"), r
+        assert "Duplicate GPU detected : rank" in r["error"]
+        assert r["rule"] == "nccl_duplicate_gpu"
+        assert r["culprits"] == ["model"], r
+        assert (r["fix"], r["fix_lineno"], r["fix_insert"]) == (
+            "torch.cuda.set_device(local_rank)",
+            3,
+            True,
+        ), r
+        assert r["fixed_error"] is None, r
+        assert r["after"] == f"cuda:{rank}"
+    for rank, r in enumerate(second):
+        assert "Duplicate GPU detected" in r["error"], r
+        assert (r["fix"], r["fix_lineno"], r["fix_insert"]) == (
+            'model = torch.load(PATH, weights_only=False, map_location=f"cuda:{local_rank}")',
+            5,
+            False,
+        ), r
+        assert r["fixed_error"] is None, r
+        assert r["after"] == f"cuda:{rank}"
+
+
+def test_the_corpus_messages_of_ranks_on_one_gpu_are_read(pytorch_errors: list[Any]) -> None:
+    from torchdevmagic.diagnosis import rules as rl
+
+    entries = [e for e in pytorch_errors if e["category"] == "rank_device"]
+    assert len(entries) >= 3
+    for e in entries:
+        for text in [e["example"], *(v["example"] for v in e.get("variants", []))]:
+            m = rl.match_message(text)
+            assert m is not None and m.kind == rl.RANK_DEVICE, (e["id"], text)

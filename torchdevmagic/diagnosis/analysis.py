@@ -27,6 +27,7 @@ from torchdevmagic.diagnosis.companions import (
 from torchdevmagic.diagnosis.environment import environment_verdict
 from torchdevmagic.diagnosis.mismatch import Ctx, EnvVerdict, device_mismatch, dtype_mismatch
 from torchdevmagic.diagnosis.oom import out_of_memory
+from torchdevmagic.diagnosis.ranks import rank_device
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis
 from torchdevmagic.safe import module_child_path, module_table, table_items
 
@@ -348,4 +349,5 @@ _HANDLERS: dict[str, Callable[..., Diagnosis]] = {
     rl.OUT_OF_MEMORY: out_of_memory,
     rl.DEVICE_ASSERT: device_assert,
     rl.CUDA_RUNTIME: cuda_runtime,
+    rl.RANK_DEVICE: rank_device,
 }

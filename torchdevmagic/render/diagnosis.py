@@ -25,6 +25,7 @@ TITLES = {
     "out_of_memory": "Out of memory",
     "device_side_assert": "Device-side assert",
     "cuda_runtime": "CUDA runtime error",
+    "rank_device": "One GPU per rank",
 }
 #: where the code of a fix starts, after ``Fix:  ``; its other lines and the hint align there
 FIX_LABEL = "Fix:  "

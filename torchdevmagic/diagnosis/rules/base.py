@@ -20,6 +20,7 @@ DEVICE_ASSERT = "device_side_assert"
 CUDA_RUNTIME = "cuda_runtime"
 META_TENSOR = "meta_tensor"
 INVALID_DEVICE = "invalid_device"
+RANK_DEVICE = "rank_device"  # ranks of a machine on one GPU, a rank off its own GPU
 
 # Every kind the analysis explains; a rule must give one of these.
 KINDS = (
@@ -34,6 +35,7 @@ KINDS = (
     CUDA_RUNTIME,
     META_TENSOR,
     INVALID_DEVICE,
+    RANK_DEVICE,
 )
 
 

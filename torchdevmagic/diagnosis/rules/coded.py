@@ -1,7 +1,8 @@
 """The rules whose Match needs code, each a function of the regex hit: a choice between
 two kinds (convolution's and 0.4's type messages, pack_padded_sequence's lengths), a device
 counted out of a list or a triple (BLAS's "Found:", index_add, where), a device built from a
-number (two GPUs by index), an index's other allowed device, the allocator's figures (out of
+number (two GPUs by index), an index's other allowed device, the device a collective's
+group has a backend for, the allocator's figures (out of
 memory), the form a shortage took, and details that depend on which alternative matched
 (numpy, checkpoints, no accelerator).
 

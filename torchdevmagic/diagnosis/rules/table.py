@@ -22,6 +22,7 @@ from torchdevmagic.diagnosis.rules.base import (
     META_TENSOR,
     NUMPY_GRAD,
     OUT_OF_MEMORY,
+    RANK_DEVICE,
     Rule,
 )
 from torchdevmagic.diagnosis.rules.row import Row
@@ -179,6 +180,24 @@ TABLE: tuple[Rule, ...] = (
         r"Expected one of (?:\w+, )+\w+ device type at start of device string: ([^\n]+)|"
         r"Invalid device string: ([^\n]+)",
         INVALID_DEVICE, details={"text": (1, 2)},
+    ),
+    # -- one GPU per rank: ranks of a machine on one GPU, a rank's module off its GPU
+    Row(
+        "nccl_duplicate_gpu",  # ncclCommInitRank (NVIDIA/Megatron-LM#661, csguoh/MambaIR#39)
+        r"Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+)",
+        RANK_DEVICE, details={"rank": 1, "other": 2, "bus_id": 3},
+    ),
+    Row(
+        "fsdp_inconsistent_device",  # FSDP's _get_compute_device: module vs device_id
+        r"Inconsistent compute device and `device_id` on rank (\d+): (\S+) vs (\S+)",
+        RANK_DEVICE, devices=(2, 3), expected=3, odd=2,
+        details={"rank": 1, "compute": 2, "device_id": 3},
+    ),
+    Row(
+        "barrier_device_unknown",  # dist.barrier() guessing the device (a warning)
+        r"barrier\(\): using the device under current context|using GPU (\d+) to perform "
+        r"barrier as devices used by this process are currently unknown",
+        RANK_DEVICE, details={"guessed": 1},
     ),
     # -- out of memory, then the CUDA runtime failures that are not about placement
     c.out_of_memory,
