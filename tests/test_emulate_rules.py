@@ -293,3 +293,49 @@ def test_invalid_device_ordinal() -> None:
     cls = getattr(torch, "AcceleratorError", RuntimeError)
     with pytest.raises(cls, match=r"^CUDA error: invalid device ordinal"):
         torch.zeros(1, device="cuda:2")
+
+
+# -- messages that named the wrapper's C++ device, meta, where CUDA names cuda:0 --------------
+def test_a_composites_own_check_names_cuda_not_meta() -> None:
+    """stft/istft check their window in C++ (SpectralOps.cpp), reading the input's device:
+    the emulated tensor's C++ device is meta, a GPU's is cuda:0."""
+    window = torch.hann_window(64)
+    x = torch.randn(400, device="cuda")
+    for grad in (False, True):
+        raises(
+            lambda g=grad: torch.stft(x.requires_grad_(g), 64, window=window, return_complex=True),
+            RuntimeError,
+            "stft input and window must be on the same device but got self on cuda:0 and "
+            "window on cpu",
+        )
+    spec = torch.randn(33, 10, dtype=torch.complex64, device="cuda")
+    raises(
+        lambda: torch.istft(spec, 64, window=window),
+        RuntimeError,
+        "istft input and window must be on the same device but got self on cuda:0 and "
+        "window on cpu",
+    )
+    good = torch.stft(x.detach(), 64, window=window.cuda(), return_complex=True)
+    assert good.device.type == "cuda" and good.shape == (33, 26)
+    with pytest.raises(RuntimeError, match="cuda:0 and meta!"):  # a real meta tensor stays
+        torch.ones(3, device="cuda") + torch.ones(3, device="meta")
+
+
+def test_a_cpu_sparse_matrix_times_a_gpu_one_names_cuda_and_the_sparse_kernel() -> None:
+    """torch.sparse.mm makes its zero output from the dense argument's options (C++: meta
+    here, cuda:0 on a GPU), and a sparse argument sends addmm/mm to the SparseCUDA kernel,
+    whose generated wrapper checks devices under its own name."""
+    sparse, dense = torch.eye(3).to_sparse(), torch.ones(3, 3, device="cuda")
+    for call in (lambda: torch.sparse.mm(sparse, dense), lambda: torch.sparse.mm(dense, sparse)):
+        raises(call, RuntimeError, got("mat1", "cpu", "cuda:0", "wrapper_SparseCUDA__addmm"))
+    raises(
+        lambda: torch.mm(sparse, dense),
+        RuntimeError,
+        got("mat2", "cuda:0", "cpu", "wrapper_SparseCUDA__mm"),
+    )
+    raises(  # dense, as before
+        lambda: torch.addmm(dense, torch.ones(3, 3), dense),
+        RuntimeError,
+        got("mat1", "cpu", "cuda:0", "wrapper_CUDA_addmm"),
+    )
+    assert torch.sparse.mm(sparse, dense.cpu()).tolist() == [[1.0] * 3] * 3  # on one device

@@ -211,6 +211,18 @@ def _copies(x: Any) -> Any:
 
 
 def _mixed(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
+    """A mix of devices: checked as CUDA checks it, then run."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    try:
+        return _mixed_run(func, args, kwargs, new, st)
+    except RuntimeError as exc:  # a composite's own check may name the wrapper's meta
+        named = _rules.named_as_cuda(exc, st[0], args, kwargs)
+        if named is exc:
+            raise
+        raise named from None
+
+
+def _mixed_run(func: Any, args: Any, kwargs: Any, new: Any, st: Any) -> Any:
     __tracebackhide__ = True  # IPython and pytest show the caller
     cast = autocast_regions and _autocast.on()  # CUDA's casts: the run below makes them
     if not (cast or (_grad_enabled() and (_needs_grad(st[2]) or _needs_grad(st[3])))):

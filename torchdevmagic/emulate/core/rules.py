@@ -17,6 +17,7 @@ Messages are the installed torch's: the dispatcher's wording changed in 2.8.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Optional, cast
@@ -65,6 +66,25 @@ def dispatcher_error(common: torch.device, arg: torch.device, name: str, method:
         f"Expected all tensors to be on the same device, but found at least two devices, "
         f"{common} and {arg}! (when checking argument for argument {name} in method {method})"
     )
+
+
+_ON_META = re.compile(r"(?<=\bon )meta\b")
+
+
+def named_as_cuda(exc: BaseException, device: Any, args: Any, kwargs: Any) -> BaseException:
+    """``exc`` with the wrapper's C++ device, ``meta``, named as CUDA names it: a composite's
+    own check (stft's "got self on meta and window on cpu") reads the emulated tensor's C++
+    device. Left as it is where a real meta tensor is among the arguments."""
+    if type(exc) is not RuntimeError or device is None:
+        return exc
+    text = str(exc)
+    if " on meta" not in text:
+        return exc
+    for a in [*args, *kwargs.values()]:
+        for x in a if isinstance(a, (list, tuple)) else (a,):
+            if _is_tensor(x) and type(x) is not EmulatedTensor and x.device.type == "meta":
+                return exc
+    return RuntimeError(_ON_META.sub(str(device), text))
 
 
 def iterator_error(common: torch.device, other: torch.device) -> str:
@@ -122,9 +142,25 @@ def _schema_values(func: Any, args: Any, kwargs: Any) -> dict[str, Any]:
     return values
 
 
+# A sparse COO argument sends the call to the SparseCUDA kernel (the dispatcher takes the
+# highest functionality of its arguments, Sparse over Dense, and the highest backend, CUDA
+# over CPU; a CPU build shows it with meta: 'SparseMeta' backend), whose generated wrapper
+# checks devices under its own name: the names in the CUDA build of torch 2.13
+# (libtorch_cuda.so), for the products torch.sparse.mm reaches.
+_SPARSE_CUDA = {
+    "wrapper_CUDA_addmm": "wrapper_SparseCUDA__addmm",
+    "wrapper_CUDA_mm": "wrapper_SparseCUDA__mm",
+}
+
+
 def _dispatcher_check(func: Any, args: Any, kwargs: Any, method: str, names: list[str]) -> None:
     __tracebackhide__ = True  # IPython and pytest show the caller
     values = _schema_values(func, args, kwargs)
+    if method in _SPARSE_CUDA and any(
+        _is_tensor(v) and v.layout == torch.sparse_coo for v in values.values()
+    ):
+        method = _SPARSE_CUDA[method]
+    emulated = first_emulated_device(args, kwargs)
     common: Optional[torch.device] = None
     for name in names:
         value = values.get(name)
@@ -132,6 +168,10 @@ def _dispatcher_check(func: Any, args: Any, kwargs: Any, method: str, names: lis
             if not _is_tensor(t):
                 continue
             dev = _device(t)
+            if dev.type == "meta" and emulated is not None:
+                # made inside a composite from an emulated tensor's options (C++ sees the
+                # wrapper's device, meta): on a GPU it is on that tensor's device
+                dev = emulated
             if common is None:
                 common = dev
             elif dev != common:
