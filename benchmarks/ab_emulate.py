@@ -1,14 +1,16 @@
 """Paired, interleaved A/B of the emulated GPU between two commits (or a commit and the tree).
 
-    python benchmarks/ab_emulate.py BASE OTHER [--work op|op_grad|pair|broadcast|cnn|transformer]
-                                               [--rounds 31] [--n 2000]
+    python benchmarks/ab_emulate.py BASE OTHER [--work op|op_grad|pair|broadcast|cnn|transformer|
+                                                      gpt2|kornia] [--rounds 31] [--n 2000]
 
 BASE and OTHER are git revisions or ``.`` for the working tree, each in its own Python
 process with its own copy of the package (``ab_scan.py``'s ``git archive``). Each process
 turns emulation on and builds the same work as ``bench_emulate.py`` does on ``cuda``: a tiny
 ``x + 1`` (``op``), the same with ``requires_grad`` (``op_grad``), ``x + y`` of one shape
-(``pair``) or (16, 1) + (1, 16) (``broadcast``), or a CNN or transformer block training
-step. Every round asks both processes for one timing, in a random order, back
+(``pair``) or (16, 1) + (1, 16) (``broadcast``), a CNN, transformer block or small GPT-2
+training step, or kornia's augmentation pipeline (``kornia``: where kornia imports; the
+workers keep the caller's ``PYTHONPATH`` after the revision's tree, so a kornia checkout on it
+is found). Every round asks both processes for one timing, in a random order, back
 to back; a timing is process CPU time per call over ``--n`` calls (steps: ``--n`` / 200), so
 another process taking a core inflates it far less than the wall clock. The figure is the
 median over rounds of OTHER / BASE with its interquartile range, and each side's median
@@ -32,7 +34,8 @@ sys.path.insert(0, str(HERE))
 
 from ab_scan import interleaved, print_pairs  # noqa: E402 - the scripts' own folder
 
-WORK = ("op", "op_grad", "pair", "broadcast", "cnn", "transformer")
+WORK = ("op", "op_grad", "pair", "broadcast", "cnn", "transformer", "gpt2", "kornia")
+STEPS = ("cnn", "transformer", "gpt2", "kornia")
 
 
 def worker(work: str, n: int) -> None:
@@ -51,9 +54,11 @@ def worker(work: str, n: int) -> None:
         "broadcast": bench_emulate.tiny_broadcast,
         "cnn": bench_emulate.cnn,
         "transformer": bench_emulate.transformer,
+        "gpt2": bench_emulate.gpt2,
+        "kornia": bench_emulate.kornia_augmentation,
     }[work]
     fn = make("cuda")
-    calls = max(1, n // 200) if work in ("cnn", "transformer") else n
+    calls = max(1, n // 200) if work in STEPS else n
     for _ in range(3):
         fn()  # warm-up: per-op caches, the first graph
     for line in sys.stdin:
@@ -66,7 +71,8 @@ def worker(work: str, n: int) -> None:
 
 
 def start(src: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(src))
+    path = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", args.work]
     cmd += ["--n", str(args.n)]
     return subprocess.Popen(
