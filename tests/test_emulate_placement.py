@@ -8,6 +8,7 @@ in a real shell with ``%emulate_cuda on --devices 2``."""
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -413,3 +414,161 @@ def test_a_meta_module_cannot_be_copied_to_the_gpu(gpus):
         gpus, "m = nn.Linear(4, 2, device='meta').to_empty(device='cuda')\nm.reset_parameters()"
     )
     assert ns["m"].weight.is_emulated and ns["m"].weight.device == torch.device("cuda", 0)
+
+
+# --- what takes its device from another tensor, or names one off the GPU -----------------------
+
+
+def _single_argument(call: Any) -> tuple[str, str]:
+    """(type, name) of the one argument C++'s parser names when ``call`` gives it a value of
+    no type it takes (a single overload: "argument 'other' (position 1) must be Tensor")."""
+    with pytest.raises(TypeError) as info:
+        call()
+    found = re.search(r"argument '(\w+)' \(position 1\) must be (\w+)", str(info.value))
+    assert found, str(info.value)
+    return found.group(2), found.group(1)
+
+
+TYPE_AS = _single_argument(lambda: torch.Tensor.type_as(torch.ones(1), object()))
+
+
+def test_type_as_takes_the_other_tensor_s_device_and_dtype(gpus):
+    """``x.type_as(other)`` is ``x.to(other.options())`` in C++: ``other``'s device and
+    dtype. A CPU ``x`` given an emulated ``other`` landed on ``meta``, the wrapper's C++
+    device, and the next op with a GPU tensor failed ("is on meta, different from other
+    tensors on cuda:0")."""
+    assert TYPE_AS == ("Tensor", "other")
+    run(
+        gpus,
+        "gpu1 = torch.zeros(1, dtype=torch.float64, device='cuda:1')\n"
+        "cpu64 = torch.zeros(1, dtype=torch.float64)\n"
+        "sources = {'float': torch.tensor([1.5, 2.5]), 'int': torch.tensor([1, 2]),"
+        " 'gpu0': torch.tensor([1.5, 2.5], device='cuda:0')}",
+    )
+    spellings = ("{x}.type_as({o})", "{x}.type_as(other={o})", "torch.Tensor.type_as({x}, {o})")
+    for source in ("float", "int", "gpu0"):
+        for other, device in (("gpu1", "cuda:1"), ("cpu64", "cpu")):
+            for spelled in spellings:
+                text = spelled.format(x=f"sources['{source}']", o=other)
+                ns = run(gpus, f"y = {text}\nz = (y + {other}).cpu()")
+                y = ns["y"]
+                assert y.device == torch.device(device), text
+                assert getattr(y, "is_emulated", False) == (device != "cpu"), text
+                assert y.dtype == torch.float64, text
+                want = ns["sources"][source].cpu().double()
+                assert torch.equal(ns["z"], want), text
+    # a CPU tensor made from data, then given a GPU tensor's type (a common line)
+    ns = run(gpus, "w = torch.tensor([[0.0, 0.0, 1.0]]).type_as(gpu1) @ gpu1.new_ones(3, 1)")
+    assert ns["w"].device == torch.device("cuda", 1) and ns["w"].dtype == torch.float64
+
+
+def _named_device_calls() -> list[str]:
+    """Every call of torch's that makes a tensor from another tensor and takes ``device=``:
+    the ``*_like`` factories and ``Tensor.new_*`` methods (read from ``torch`` and
+    ``torch.Tensor``), and the constructors from data."""
+    like = sorted(n for n in dir(torch) if n.endswith("_like") and not n.startswith("_"))
+    assert {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like"} <= set(like)
+    new = sorted(n for n in dir(torch.Tensor) if n.startswith("new_"))
+    assert {"new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"} <= set(new)
+    args = {"full_like": ", 7.", "randint_like": ", 5"}
+    new_args = {"new_empty_strided": "(2, 3), (3, 1)", "new_full": "(2, 3), 7.", "new_tensor": "x"}
+    calls = [f"torch.{n}(x{args.get(n, '')}, device={{d}})" for n in like]
+    calls += [f"x.{n}({new_args.get(n, '(2, 3)')}, device={{d}})" for n in new]
+    calls += [f"torch.{n}(x, device={{d}})" for n in ("tensor", "as_tensor", "asarray")]
+    calls += ["torch.tensor([x[0, 0], x[1, 2]], device={d})"]
+    return calls
+
+
+def test_a_call_that_names_a_device_off_the_gpu_makes_its_result_there(gpus):
+    """``torch.zeros_like(x, device="cpu")``, ``x.new_zeros(n, device="cpu")``,
+    ``torch.as_tensor(x, device="cpu")``: the result is on the device named, as on a GPU
+    (it came back on ``x``'s GPU: a parameter moved to the CPU to sample from the CPU's
+    generator stayed on the GPU, drew from the GPU's, and met CPU tensors)."""
+    run(gpus, "import warnings\nwarnings.simplefilter('ignore')")
+    run(gpus, "x = torch.arange(6.).reshape(2, 3).cuda(1)")
+    seen = 0
+    for call in _named_device_calls():
+        for device in ('"cpu"', 'torch.device("cpu")'):
+            text = call.format(d=device)
+            y = run(gpus, f"y = {text}")["y"]
+            assert type(y) is torch.Tensor and y.device.type == "cpu", text
+            if "tensor(" in text or "asarray(" in text:
+                want = torch.arange(6.0).reshape(2, 3)
+                assert torch.equal(y, want if "[x" not in text else torch.tensor([0.0, 5.0]))
+            seen += 1
+        back = run(gpus, f"y = {call.format(d=repr('cuda:0'))}")["y"]
+        assert back.device == torch.device("cuda", 0) and back.is_emulated, call
+    assert seen >= 2 * 14
+    # a copy, not the GPU tensor's memory: writing into it leaves x alone
+    ns = run(gpus, "c = torch.as_tensor(x, device='cpu')\nc += 100\nxs = x.cpu()")
+    assert torch.equal(ns["xs"], torch.arange(6.0).reshape(2, 3))
+    err = gpus.run_cell("torch.asarray(x, device='cpu', copy=False)").error_in_exec
+    assert type(err) is ValueError
+    assert str(err) == "can't alias tensor from device 'cuda:1' to 'cpu'."
+    # with its graph, as a move is
+    ns = run(
+        gpus,
+        "p = torch.ones(3, device='cuda', requires_grad=True)\n"
+        "torch.as_tensor(p * 2, device='cpu').sum().backward()\ng = p.grad",
+    )
+    assert ns["g"].device == torch.device("cuda", 0) and ns["g"].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_sampler_moved_to_the_cpu_draws_from_the_cpu_generator(gpus):
+    """Bounds moved to the CPU with ``as_tensor(..., device="cpu")`` make a distribution
+    that samples on the CPU, from the CPU's generator, as on a GPU: the same values as
+    bounds made on the CPU (they came from the emulated GPU's generator)."""
+    ns = run(
+        gpus,
+        "bounds = torch.tensor([10., 20.], device='cuda')\n"
+        "torch.manual_seed(42)\n"
+        "lo, hi = torch.as_tensor(bounds, device='cpu')\n"
+        "a = torch.distributions.Uniform(lo, hi).rsample((3,))\n"
+        "torch.manual_seed(42)\n"
+        "b = torch.distributions.Uniform(torch.tensor(10.), torch.tensor(20.)).rsample((3,))",
+    )
+    assert type(ns["a"]) is torch.Tensor and torch.equal(ns["a"], ns["b"])
+
+
+def test_a_tensor_built_from_gpu_values_is_on_the_device_named_or_the_default(gpus):
+    """``torch.tensor([x.max(), x.min()])`` reads each element's value
+    (``internal_new_from_data``): the result is on ``device=``, or the default device,
+    never the elements' GPU (it came back on ``cuda:1``)."""
+    run(gpus, "x = torch.tensor([3., 1., 2.], device='cuda:1')")
+    for call in ("torch.tensor", "torch.as_tensor", "torch.asarray"):
+        ns = run(gpus, f"y = {call}([x.max(), x.min(), 5.])\nz = {call}([[x[0]], [x[1]]])")
+        for key, want in (("y", [3.0, 1.0, 5.0]), ("z", [[3.0], [1.0]])):
+            assert type(ns[key]) is torch.Tensor and ns[key].tolist() == want, call
+        ns = run(
+            gpus,
+            "torch.set_default_device('cuda:0')\n"
+            f"d = {call}([x.max(), x.min()])\ntorch.set_default_device(None)",
+        )
+        assert ns["d"].device == torch.device("cuda", 0) and ns["d"].tolist() == [3.0, 1.0]
+    # x.new_tensor(sequence): x's device and dtype
+    ns = run(gpus, "n = x.new_tensor([x.max(), 7])")
+    assert ns["n"].device == torch.device("cuda", 1) and ns["n"].tolist() == [3.0, 7.0]
+
+
+def test_new_tensor_of_a_tensor_goes_to_this_torch_s_device(gpus):
+    """``x.new_tensor(t)``: on torch 2.7 and later ``x``'s device (before, ``t``'s:
+    pytorch#73838), ``x``'s dtype. A CPU ``t`` made a ``meta`` tensor."""
+    with warnings.catch_warnings():  # this torch's rule, by the two devices a CPU build has
+        warnings.simplefilter("ignore")  # (torch's advice on copying a tensor)
+        on_self = torch.empty(1, device="meta").new_tensor(torch.zeros(1)).device.type == "meta"
+    ns = run(
+        gpus,
+        "import warnings\nwarnings.simplefilter('ignore')\n"
+        "x = torch.zeros(2, dtype=torch.float64, device='cuda:1')\n"
+        "a = x.new_tensor(torch.tensor([1, 2]))\n"
+        "b = torch.tensor([1., 2.]).new_tensor(x)\n"
+        "c = x.new_tensor(torch.tensor([1, 2]), dtype=torch.int32)\n"
+        "r = x.new_tensor(torch.tensor([1.]), requires_grad=True)",
+    )
+    a, b, c, r = (ns[k] for k in "abcr")
+    assert a.dtype == torch.float64 and a.tolist() == [1.0, 2.0]
+    assert a.device == (torch.device("cuda", 1) if on_self else torch.device("cpu"))
+    assert b.device == (torch.device("cpu") if on_self else torch.device("cuda", 1))
+    assert b.dtype == torch.float32 and b.tolist() == [0.0, 0.0]
+    assert c.dtype == torch.int32 and c.device == a.device
+    assert r.requires_grad and r.is_leaf

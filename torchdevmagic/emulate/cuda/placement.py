@@ -1,15 +1,18 @@
 """Putting tensors on the emulated GPU, and taking them off.
 
 A TorchFunctionMode sees every torch call before dispatch: factories with ``device="cuda"``,
-``.to(...)``, ``.cuda()``, ``.cpu()``, and the RNN and packed-sequence entry points
-(``core/rnn``), pinned memory (``pinned``). Moves between devices are copies of the CPU
-tensors recorded by autograd (``core/moves``), so gradients flow back to the device they
-came from.
+``.to(...)``, ``.cuda()``, ``.cpu()``, ``.type_as()``, the calls that build a tensor from data
+(``torch.tensor``, ``as_tensor``, ``asarray``, ``Tensor.new_tensor``), any call that names a
+device off the GPU (``torch.zeros_like(x, device="cpu")``), and the RNN and packed-sequence
+entry points (``core/rnn``), pinned memory (``pinned``). Moves between devices are copies of
+the CPU tensors recorded by autograd (``core/moves``), so gradients flow back to the device
+they came from.
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -19,6 +22,7 @@ from torch.overrides import TorchFunctionMode
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import rnn as _rnn
 from torchdevmagic.emulate.core import sizes as _sizes
+from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.core.errors import EmulationUnsupported, released, unpinned
 from torchdevmagic.emulate.core.grads import relink, unlink
 from torchdevmagic.emulate.core.moves import parse_place, parse_to, to_device, type_target
@@ -53,6 +57,11 @@ class PlacementMode(TorchFunctionMode):
             torch.Tensor.cuda: self._cuda,
             torch.Tensor.cpu: self._cpu,
             torch.Tensor.type: self._type,
+            torch.Tensor.type_as: self._type_as,
+            torch.Tensor.new_tensor: self._new_tensor,
+            torch.tensor: self._from_data,
+            torch.as_tensor: self._from_data,
+            torch.asarray: self._from_data,
             # nn.Module.to reads its arguments with it: a keyword device is no factory's
             torch._C._nn._parse_to: parse_place,
             torch.Tensor.pin_memory: _pinned.pin_memory,
@@ -84,11 +93,18 @@ class PlacementMode(TorchFunctionMode):
         handler = self.handlers.get(func)
         if handler is not None:
             return handler(func, args, kwargs)
+        return self._route(func, args, kwargs)
+
+    def _route(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``_place`` past the handlers: factories, a device named off the GPU, the rest."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
         device = self._device(func, kwargs)
         if device is not None:
             target = self.devices.resolve(device)
             if target is not None:
                 return self._factory(func, args, kwargs, target)
+            if kwargs.get("device") is not None and _holds_emulated(args):
+                return self._elsewhere(func, args, kwargs)
         if kwargs.get("pin_memory"):  # on the CPU: pinned, as a GPU machine has it
             return _pinned.factory(func, args, kwargs)
         if _function_modes():  # a user's torch function mode underneath sees our tensors
@@ -143,6 +159,88 @@ class PlacementMode(TorchFunctionMode):
             out.requires_grad_(True)
         return out
 
+    def _elsewhere(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """A call with emulated tensors that names a device off the GPU makes its result
+        there, as on a GPU: ``torch.zeros_like(x, device="cpu")``, ``x.new_zeros(n,
+        device="cpu")``, ``torch.as_tensor(x, device="cpu")`` (a copy of ``x``'s values, its
+        graph kept), ``torch.tensor([x[0], x[1]], device="cpu")``. Run on the CPU tensors and
+        not wrapped (it used to come back on ``x``'s GPU)."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        copies = func in _FROM_DATA
+        if copies:  # the values come over from the GPU
+            _faults.check()
+            _syncs.mark()
+        emulated = [a for a in args if type(a) is EmulatedTensor]
+        args = [_host(a) for a in args]
+        if kwargs.get("pin_memory"):
+            return _pinned.factory(func, args, kwargs)
+        out = func(*args, **kwargs)
+        for x in emulated:
+            if out is inner_of(x):  # as_tensor/asarray alias what is already there
+                if func is torch.asarray and kwargs.get("copy") is False:
+                    raise ValueError(  # asarray's own words, for a GPU tensor
+                        f"can't alias tensor from device '{device_of(x)}' to "
+                        f"'{torch.device(kwargs['device'])}'."
+                    )
+                out = out.clone()  # a copy off the GPU, autograd's record kept
+        return out
+
+    def _from_data(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``torch.tensor``/``as_tensor``/``asarray``: of a tensor, its device (a move);
+        of a sequence, ``device=`` or the default device, never a device of its elements,
+        which are read by value (``internal_new_from_data``): ``torch.tensor([x.max(),
+        x.min()])`` is a CPU tensor on a GPU."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        kind = type(args[0]) if args else None
+        if (
+            (kind is list or kind is tuple)
+            and self._device(func, kwargs) is None
+            and _holds_emulated(args[0])
+        ):
+            _faults.check()
+            _syncs.mark()  # each element read by the host
+            args = (_host(args[0]), *args[1:])
+            if kwargs.get("pin_memory"):
+                return _pinned.factory(func, args, kwargs)
+            return func(*args, **kwargs)
+        return self._route(func, args, kwargs)
+
+    def _new_tensor(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``x.new_tensor(data)``: ``device=``, else ``x``'s device (torch 2.7 and later;
+        before, a tensor given as ``data`` kept its own device: pytorch#73838), ``x``'s
+        dtype unless ``dtype=``. Computed on the CPU tensors: with a CPU tensor as ``data``
+        it used to make a tensor on the wrapper's C++ device, ``meta``."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        x = args[0]
+        data = args[1] if len(args) > 1 else kwargs.get("data")
+        if kwargs.get("device") is not None or not isinstance(data, torch.Tensor):
+            return self._route(func, args, kwargs)
+        if type(x) is not EmulatedTensor and type(data) is not EmulatedTensor:
+            return self._route(func, args, kwargs)
+        target = device_of(x) if _new_tensor_on_self() else device_of(data)
+        if target.type == "cuda" or type(data) is EmulatedTensor:
+            _faults.check()  # a copy through the GPU
+        if type(data) is EmulatedTensor and target.type != "cuda":
+            _syncs.mark()
+        rest = {k: v for k, v in kwargs.items() if k != "data"}
+        with torch._C.DisableTorchFunction():
+            out = torch.Tensor.new_tensor(inner_of(x), inner_of(data), **rest)
+        if target.type != "cuda":
+            return out
+        return wrap(out, self.devices.resolve(target) or target)
+
+    def _type_as(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``x.type_as(other)``: ``x.to(other.options())`` in C++, so ``other``'s device and
+        dtype. C++ would read an emulated ``other``'s device as ``meta``."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        x = args[0]
+        other = args[1] if len(args) > 1 else kwargs.get("other")
+        if not isinstance(other, torch.Tensor) or (
+            type(x) is not EmulatedTensor and type(other) is not EmulatedTensor
+        ):
+            return self._route(func, args, kwargs)  # torch's own (its TypeError too)
+        return to_device(x, device_of(other), other.dtype)
+
     def _to(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         x = args[0]
@@ -185,6 +283,43 @@ class PlacementMode(TorchFunctionMode):
             target = self.devices.resolve("cuda") if cuda else _CPU
         assert target is not None
         return to_device(x, target, dtype)
+
+
+_FROM_DATA = frozenset({torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor})
+
+
+def _holds_emulated(x: Any) -> bool:
+    """An emulated tensor, or a list or tuple (nested) holding one."""
+    kind = type(x)
+    if kind is EmulatedTensor:
+        return True
+    if kind is list or kind is tuple:
+        return any(_holds_emulated(y) for y in x)
+    return False
+
+
+def _host(x: Any) -> Any:
+    """``x`` with every emulated tensor in it (nested lists and tuples) its CPU tensor."""
+    kind = type(x)
+    if kind is EmulatedTensor:
+        return inner_of(x)
+    if kind is list or kind is tuple:
+        return kind(_host(y) for y in x)
+    return x
+
+
+_ON_SELF: list[bool] = []
+
+
+def _new_tensor_on_self() -> bool:
+    """Whether this torch's ``x.new_tensor(t)`` goes to ``x``'s device (2.7 and later) or
+    to ``t``'s (before): asked of torch itself, with the two devices a CPU build has."""
+    if not _ON_SELF:
+        with torch._C.DisableTorchFunction(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch's advice on copying a tensor)
+            probe = torch.empty(1, device="meta").new_tensor(torch.zeros(1))
+        _ON_SELF.append(probe.device.type == "meta")
+    return _ON_SELF[0]
 
 
 def range_standin(original: Callable[..., Any], devices: Devices) -> Callable[..., Any]:
