@@ -8,7 +8,10 @@ processes, each with its own shell (``--full`` tier)."""
 from __future__ import annotations
 
 import json
+import sys
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +22,7 @@ if not dist.is_available():  # pragma: no cover - every CI torch has it
     pytest.skip("torch without torch.distributed", allow_module_level=True)
 
 from _distributed import NO_CPU_BACKEND  # noqa: E402
-from _fixrun import fails_then_fixed  # noqa: E402
+from _fixrun import fails_then_fixed, pasted  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("emulation_never_left_on")
 
@@ -89,6 +92,52 @@ def test_fsdp_s_module_on_another_gpu_is_moved_after_set_device(
         True,
     )
     assert rank_shell.user_ns["model"].weight.device == torch.device("cuda", 1)
+
+
+BARRIER = "barrier(): using the device under current context"
+
+
+def _to_stderr(message: Any, category: Any, filename: str, lineno: int, *_: Any) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
+
+
+@pytest.mark.skipif(
+    "using the device under current context"
+    not in Path(dist.__file__).with_name("distributed_c10d.py").read_text(encoding="utf-8"),
+    reason="this torch's barrier warns in c10d's C++ log, which Python's warnings never see",
+)
+def test_barrier_s_guess_is_explained_under_the_warning(rank_shell: Any, capsys: Any) -> None:
+    """dist.barrier() on an NCCL group that knows no GPU for this rank warns (the log line
+    of NVIDIA/Megatron-LM#661's hang). %%devcheck shows the warning as Python does, then
+    explains it; the fix binds the group to the rank's GPU (device_id=), and the fixed cell
+    runs without the warning."""
+    setup = "import os, torch, torch.distributed as dist\nlocal_rank = 0"
+    cell = (
+        "%%devcheck\n"
+        'dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)\n'
+        "dist.barrier()"
+    )
+    assert rank_shell.run_cell(setup).error_in_exec is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # (an earlier test's barrier may have warned once)
+        warnings.showwarning = _to_stderr  # as outside pytest, which records warnings
+        assert rank_shell.run_cell(cell).error_in_exec is None
+        shown = capsys.readouterr()
+        d = rank_shell.run_line_magic("devcheck", "-o")
+        assert d is not None and d.rule == "barrier_device_unknown", d
+        assert BARRIER in shown.err  # the warning, as Python shows it
+        assert d.to_text() in shown.out  # and its explanation
+        assert (d.fix, d.fix_lineno, d.fix_insert) == (
+            'dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1, '
+            'device_id=torch.device("cuda", local_rank))',
+            2,
+            False,
+        )
+        dist.destroy_process_group()
+        assert rank_shell.run_cell(pasted(cell, d)).error_in_exec is None
+        again = capsys.readouterr()
+    assert BARRIER not in again.err and "One GPU per rank" not in again.out, again
+    assert dist.is_initialized()
 
 
 # -- two ranks: each a shell running the notebook's cells -------------------------------------

@@ -124,6 +124,7 @@ def _barrier(c: Ctx) -> Diagnosis:
             "guess the same GPU hang there"
         ),
         culprits=(),
+        notes=("a warning, not an error: the cell went on; the fix binds the group to the GPU",),
         **with_plan(dict(c.base, fix=None), plan),
     )
 

@@ -41,6 +41,13 @@ def _tbr() -> Any:
     return traceback
 
 
+def _warned() -> Any:
+    """The catcher of warnings a rule knows, imported on first use."""
+    from torchdevmagic.diagnosis import warned
+
+    return warned
+
+
 def _fixing() -> Any:
     """``%devcheck fix``'s front-end part, imported on first use."""
     from torchdevmagic.magics import _fixcell
@@ -107,18 +114,40 @@ class DevcheckMagics(Magics):
             BaseException.with_traceback(exc, None)  # a bare raise adds none back
             del exc
             raise
+        seen = _warned().ShownWarnings()
         try:
-            value = run_compiled(self._shell, compiled)
+            with seen:
+                value = run_compiled(self._shell, compiled)
         except BaseException as exc:
             # Our frames (this one, the cell runner) leave the traceback; a bare raise adds
             # none back.
             BaseException.with_traceback(exc, _tbr().without_own_frames(exc.__traceback__))
+            self._explain_warnings(seen, line, cell, compiled)
             if isinstance(exc, Exception):
                 source = _fixing().magic_cell(self._shell, line, cell, compiled)
                 self._explain_for_display(exc, collapse=not full, source=source)
             del exc
             raise
+        self._explain_warnings(seen, line, cell, compiled)
         return None if quiet(compiled.source) else value
+
+    def _explain_warnings(self, seen: Any, line: str, cell: str, compiled: Any) -> None:
+        """Each warning a rule knows that the cell showed (it was shown as usual), explained
+        under it as an error would be; the last one is what ``%devcheck -o`` returns, unless
+        the cell then failed (the error's explanation replaces it)."""
+        shell = self._shell
+        try:
+            for warning in seen.caught:
+                diagnosis = self._diagnose(warning, shell.user_ns, made_by="%%devcheck")
+                if diagnosis is None:
+                    continue
+                self.last = diagnosis
+                self.last_cell = _fixing().magic_cell(shell, line, cell, compiled)
+                say(shell, diagnosis)
+        except Exception as err:  # never in the way of the cell's own outcome
+            print(_tbr().failure_line(err), file=sys.stderr)
+        finally:
+            seen.clear()
 
     @magic_arguments("%devcheck")
     @argument(
