@@ -376,6 +376,60 @@ def test_an_integer_matrix_product_is_refused_as_cuda_refuses_it(
     assert str(info.value) == text
 
 
+def _image(dtype: Any = torch.long, batch: int = 1) -> Any:
+    return torch.arange(batch * 16, device="cuda").reshape(batch, 1, 4, 4).to(dtype)
+
+
+# Other kernels without integer types on CUDA whose CPU kernels compute them: dot
+# (pytorch#120990), max pooling (pytorch#107412: a label map pooled), average pooling
+# (facebookresearch/CrypTen#145); the names are AT_DISPATCH's in the CUDA build.
+OTHER_GAPS: list[tuple[str, Callable[[], Any], str]] = [
+    ("dot", lambda: torch.dot(_long(3), _long(3)), "\"dot\" not implemented for 'Long'"),
+    ("vdot", lambda: _long(3).vdot(_long(3)), "\"dot\" not implemented for 'Long'"),
+    ("vector @ vector", lambda: _long(3) @ _long(3), "\"dot\" not implemented for 'Long'"),
+    (
+        "max_pool2d",
+        lambda: F.max_pool2d(_image(), 2),
+        "\"max_pool2d_with_indices_out_cuda_frame\" not implemented for 'Long'",
+    ),
+    (
+        "MaxPool2d, uint8 mask",
+        lambda: torch.nn.MaxPool2d(2)(_image(torch.uint8)),
+        "\"max_pool2d_with_indices_out_cuda_frame\" not implemented for 'Byte'",
+    ),
+    (
+        "max_pool2d with indices",
+        lambda: F.max_pool2d(_image(torch.int32), 2, return_indices=True),
+        "\"max_pool2d_with_indices_out_cuda_frame\" not implemented for 'Int'",
+    ),
+    (
+        "avg_pool2d",
+        lambda: torch.nn.AvgPool2d(2)(_image()),
+        "\"avg_pool2d_out_cuda_frame\" not implemented for 'Long'",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,call,text", OTHER_GAPS, ids=[p[0] for p in OTHER_GAPS])
+def test_other_kernels_cuda_lacks_an_integer_type_for_refuse(
+    name: str, call: Callable[[], Any], text: str
+) -> None:
+    with emulate_cuda(), pytest.raises(NotImplementedError) as info:
+        call()
+    assert str(info.value) == text
+
+
+def test_what_those_kernels_take_still_runs() -> None:
+    with emulate_cuda():
+        assert torch.dot(_long(3).float(), _long(3).float()).item() == 3.0
+        assert (_long(3).double() @ _long(3).double()).item() == 3.0
+        assert F.max_pool2d(_image(torch.float32), 2).tolist() == [[[[5.0, 7.0], [13.0, 15.0]]]]
+        assert F.max_pool2d(_image(batch=0), 2).shape == (0, 1, 2, 2)  # empty: no kernel
+        assert F.avg_pool2d(_image(torch.half), 2).dtype == torch.half
+        with pytest.raises(RuntimeError, match="inconsistent tensor size"):  # checked first
+            torch.dot(_long(3), _long(4))
+
+
 def test_products_cuda_computes_still_run() -> None:
     with emulate_cuda():
         assert (_long(2, 3).float() @ _long(3, 2).float()).sum().item() == 12.0

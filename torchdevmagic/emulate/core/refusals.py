@@ -28,7 +28,8 @@ Under ``torch.use_deterministic_algorithms(True)``:
 
 Always: dtype coverage a CUDA kernel lacks and the CPU kernel has. A small table, not a
 survey: the matrix products (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``mv``, ``addmv``,
-``matmul``/``@``, ``linear``) of integer or bool tensors, which CUDA's kernels refuse with
+``matmul``/``@``, ``linear``, ``dot``/``vdot``) of integer or bool tensors, and
+``max_pool2d``/``avg_pool2d`` of integer tensors, which CUDA's kernels refuse with
 AT_DISPATCH's ``NotImplementedError`` ("addmm_cuda" not implemented for 'Long') and the CPU's
 compute. Other kernels' dtype gaps are not in it.
 
@@ -189,7 +190,7 @@ def _matmul_kernel(a: Any, b: Any) -> Optional[str]:
     """The CUDA kernel torch.matmul reaches for operands of these dimensions."""
     da, db = a.dim(), b.dim()
     if da == 1 and db == 1:
-        return None  # dot: not in this table
+        return "dot" if a.numel() == b.numel() else None  # else dot_check refuses first
     if db == 1:
         return "addmv_impl_cuda"  # mv, after folding the batch dimensions
     if db == 2:
@@ -221,6 +222,45 @@ def _product(name: str) -> Rule:
             raise dispatch_error(kernel, dtype)
 
     return rule
+
+
+# Other kernels whose CUDA dispatch takes floating types only (AT_DISPATCH_FLOATING_TYPES_AND2
+# (Half, BFloat16), or with complex) where the CPU's computes integers too; the name is the
+# AT_DISPATCH name in the CUDA build (libtorch_cuda.so of 2.13):
+# - ``dot``/``vdot`` (``dot_cuda`` in aten/src/ATen/native/cuda/Blas.cpp; ``vdot`` of real
+#   tensors calls it): "dot", after ``dot_check``, which both kernels make alike
+#   (pytorch#120990: a Long dot runs on the CPU, refuses on CUDA);
+# - ``max_pool2d`` (aten/src/ATen/native/cuda/DilatedMaxPool2d.cu, unless the output is
+#   empty): "max_pool2d_with_indices_out_cuda_frame" (pytorch#107412: integer max pooling,
+#   as of segmentation masks, is the CPU's only);
+# - ``avg_pool2d`` (aten/src/ATen/native/cuda/AveragePool2d.cu, unless the output is empty;
+#   the CPU's takes Long): "avg_pool2d_out_cuda_frame" (facebookresearch/CrypTen#145).
+# The CPU computes first (its shape checks come first on CUDA too), then the refusal; a dtype
+# the CPU refuses as well keeps the CPU's words.
+_INTEGRAL = frozenset((torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
+
+
+def _floating_only(kernel: str, always: bool = False) -> Rule:
+    """A CUDA kernel ``kernel`` without integer types: refused once the CPU computed it
+    (``always``: even an empty output, as ``dot`` dispatches before looking)."""
+
+    def rule(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
+        x = args[0] if args else kwargs.get("input", kwargs.get("self"))
+        if isinstance(x, _T) and x.dtype in _INTEGRAL:
+            return _refusal(kernel, x.dtype, always)
+        return None
+
+    return rule
+
+
+def _refusal(kernel: str, dtype: Any, always: bool) -> Callable[[Any], None]:
+    def refuse(out: Any) -> None:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        first = out[0] if isinstance(out, tuple) else out
+        if always or not isinstance(first, _T) or first.numel() > 0:
+            raise dispatch_error(kernel, dtype)
+
+    return refuse
 
 
 # -- forward refusals -------------------------------------------------------------------------
@@ -474,6 +514,16 @@ def _build() -> dict[Any, Rule]:
             table[f] = _product(name)
     table[_T.__matmul__] = _product("matmul")
     table[_T.__rmatmul__] = _product("__rmatmul__")
+    for names, rule in (
+        (("dot", "vdot"), _floating_only("dot", always=True)),
+        (
+            ("max_pool2d", "max_pool2d_with_indices"),
+            _floating_only("max_pool2d_with_indices_out_cuda_frame"),
+        ),
+        (("avg_pool2d",), _floating_only("avg_pool2d_out_cuda_frame")),
+    ):
+        for f in _functions(names, torch, _T, _F, _nn):
+            table[f] = rule
     for f in _functions(("lstm", "gru", "rnn_tanh", "rnn_relu"), torch._C._VariableFunctions):
         table[f] = _cudnn_rnn
     return table
