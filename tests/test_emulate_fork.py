@@ -55,6 +55,9 @@ def test_a_child_forked_after_the_gpu_was_used_cannot_use_it() -> None:
         assert _in_child(lambda: torch.ones(2, device="cuda").device) == f"RuntimeError: {BAD_FORK}"
         assert _in_child(lambda: torch.ones(2).to("cuda").device) == f"RuntimeError: {BAD_FORK}"
         assert _in_child(torch.cuda.current_device) == f"RuntimeError: {BAD_FORK}"
+        # .cuda(), as a notebook_launcher training function's model.cuda() calls it
+        assert _in_child(lambda: torch.ones(2).cuda().device) == f"RuntimeError: {BAD_FORK}"
+        assert _in_child(lambda: torch.nn.Linear(2, 2).cuda(1)) == f"RuntimeError: {BAD_FORK}"
         # What a poisoned child can still do on a GPU machine: count the GPUs, use the CPU.
         assert _in_child(torch.cuda.device_count) == "1"
         assert _in_child(lambda: torch.ones(2).sum().item()) == "2.0"

@@ -30,7 +30,7 @@ from torchdevmagic.emulate.core.ops import handle
 from torchdevmagic.emulate.core.sizes import refused
 from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, inner_of, wrap
 from torchdevmagic.emulate.cuda import pinned as _pinned
-from torchdevmagic.emulate.cuda.devices import Devices
+from torchdevmagic.emulate.cuda.devices import Devices, bad_fork
 from torchdevmagic.emulate.cuda.random import Rng, device_of_call
 
 _CPU = torch.device("cpu")
@@ -259,6 +259,8 @@ class PlacementMode(TorchFunctionMode):
         __tracebackhide__ = True  # IPython and pytest show the caller
         x = args[0]
         device = args[1] if len(args) > 1 else kwargs.get("device")
+        if self.devices.forked and _names_cuda(device):  # THPVariable_cuda's lazy init,
+            raise bad_fork(self.devices.fork_note)  # before any index is checked
         target = self.devices.resolve(self.devices.current if device is None else device)
         if target is None:  # .cuda("cpu") and the like: CUDA would refuse them too
             raise RuntimeError("Invalid device, must be cuda device")  # THPVariable_cuda's
@@ -320,6 +322,13 @@ def _new_tensor_on_self() -> bool:
             probe = torch.empty(1, device="meta").new_tensor(torch.zeros(1))
         _ON_SELF.append(probe.device.type == "meta")
     return _ON_SELF[0]
+
+
+def _names_cuda(device: Any) -> bool:
+    """Whether ``.cuda(device)`` names a CUDA device (nothing, an index, ``"cuda:1"``)."""
+    if device is None or isinstance(device, int):
+        return True
+    return isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda"
 
 
 def range_standin(original: Callable[..., Any], devices: Devices) -> Callable[..., Any]:
