@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union, overload
 
 from torchdevmagic._torch import no_torch_function, torch_if_imported
 from torchdevmagic.records import DeviceMemory, Holder, Row, Rows, ScanStats
@@ -30,6 +30,43 @@ from torchdevmagic.scanning import (
 
 if TYPE_CHECKING:
     from torchdevmagic.free import FreeReport
+    from torchdevmagic.ranks import RanksReport
+
+
+@overload
+def scan(
+    namespace: Optional[Mapping[str, Any]] = None,
+    *,
+    device: Optional[str] = None,
+    include_hidden: bool = False,
+    hidden: Iterable[str] = (),
+    sort: str = "size",
+    top: Optional[int] = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_items: int = DEFAULT_MAX_ITEMS,
+    max_objects: int = DEFAULT_MAX_OBJECTS,
+    gpus: bool = True,
+    gpu_backend: Any = None,
+    ranks: Literal[False] = False,
+) -> DevicesReport: ...
+
+
+@overload
+def scan(
+    namespace: Optional[Mapping[str, Any]] = None,
+    *,
+    device: Optional[str] = None,
+    include_hidden: bool = False,
+    hidden: Iterable[str] = (),
+    sort: str = "size",
+    top: Optional[int] = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_items: int = DEFAULT_MAX_ITEMS,
+    max_objects: int = DEFAULT_MAX_OBJECTS,
+    gpus: bool = True,
+    gpu_backend: Any = None,
+    ranks: Literal[True],
+) -> Optional[RanksReport]: ...
 
 
 def scan(
@@ -45,13 +82,20 @@ def scan(
     max_objects: int = DEFAULT_MAX_OBJECTS,
     gpus: bool = True,
     gpu_backend: Any = None,
-) -> DevicesReport:
+    ranks: bool = False,
+) -> Union[DevicesReport, RanksReport, None]:
     """Report where the tensors, modules and optimizers in ``namespace`` live.
 
     ``namespace`` defaults to the caller's globals (a notebook's user namespace). ``device``
     keeps rows on that device (``"cuda"`` matches every GPU, ``"cuda:1"`` one). Names in
     ``hidden`` and ``_``-prefixed names are skipped unless ``include_hidden``. ``gpus=False``
     leaves out the per-GPU memory section.
+
+    ``ranks=True`` (in a torch.distributed program) gathers every rank's report to rank 0:
+    rank 0 gets a :class:`~torchdevmagic.ranks.RanksReport` (one table with a Rank column,
+    totals and findings across ranks; ``top`` rows per rank), the other ranks ``None``. It
+    is a collective: every rank must call it, as with any ``torch.distributed`` call. In a
+    function, pass its names: ``scan(locals(), ranks=True)``.
     """
     _check_scan_arguments(
         namespace=namespace,
@@ -62,10 +106,48 @@ def scan(
         max_items=max_items,
         max_objects=max_objects,
     )
+    if type(ranks) is not bool:
+        raise TypeError(f"scan(ranks=) takes True or False, not {type(ranks).__name__}")
+    if ranks:
+        from torchdevmagic.ranks import process_group_problem
+
+        problem = process_group_problem("scan(ranks=True)")
+        if problem is not None:
+            raise RuntimeError(problem)
     if namespace is None:
         frame = sys._getframe(1)
         namespace = frame.f_globals
         del frame
+    report = _scan(
+        namespace,
+        device=device,
+        include_hidden=include_hidden,
+        hidden=hidden,
+        sort=sort,
+        top=top,
+        limits=Limits(max_depth, max_items, max_objects),
+        gpus=gpus,
+        gpu_backend=gpu_backend,
+    )
+    if not ranks:
+        return report
+    from torchdevmagic.ranks import gather_ranks
+
+    return gather_ranks(report)
+
+
+def _scan(
+    namespace: Mapping[str, Any],
+    *,
+    device: Optional[str],
+    include_hidden: bool,
+    hidden: Iterable[str],
+    sort: str,
+    top: Optional[int],
+    limits: Limits,
+    gpus: bool,
+    gpu_backend: Any,
+) -> DevicesReport:
     torch = torch_if_imported()
     if torch is None:
         return DevicesReport(
@@ -82,7 +164,6 @@ def scan(
     from torchdevmagic.safe.handles import Torch
 
     tt = Torch.from_module(torch)
-    limits = Limits(max_depth, max_items, max_objects)
     found = collect(visible_entries(namespace, include_hidden, hidden), tt, limits)
     gpu_records: tuple[DeviceMemory, ...] = ()
     holders: tuple[Holder, ...] = ()

@@ -401,6 +401,121 @@ class Report:
         return found
 
 
+# -- %devices --ranks: every rank's scan, gathered to rank 0 -----------------------------------
+
+
+class Placement(NamedTuple):
+    """Where one named thing is on one rank: what the ranks' placements are compared by."""
+
+    path: str
+    kind: str  # a Row's kind: "tensor", "module", "optimizer", ...
+    device: str
+
+
+@dataclass(frozen=True)
+class RankScan:
+    """One rank's part of ``%devices --ranks``: its scan, cut to what is shown, sent to
+    rank 0 by an object collective (a few KiB: strings and numbers, never a tensor).
+
+    ``report.rows`` holds only the rows shown (the first ``top``); ``row_count`` and
+    ``totals`` are over every row the rank's scan found. ``placements`` are the modules and
+    optimizers, and the rows shown, for comparing ranks. ``gpu_ids`` names each GPU the
+    rank sees by what identifies it across processes (its UUID; without one, the device
+    as ``CUDA_VISIBLE_DEVICES`` selects it).
+    """
+
+    rank: int
+    host: str
+    report: Report
+    row_count: int
+    totals: tuple[tuple[str, int], ...]
+    placements: tuple[Placement, ...] = ()
+    gpu_ids: tuple[tuple[str, str], ...] = ()
+
+
+class RankTotal(NamedTuple):
+    """One device's bytes across ranks: a GPU of one machine is one device for every rank
+    that holds tensors on it (whatever each calls it); the CPU, one per machine."""
+
+    host: str
+    devices: tuple[str, ...]  # what the ranks call it ("cuda:0"), first-seen first
+    shares: tuple[tuple[int, int], ...]  # (rank, bytes), in rank order
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(rank for rank, _ in self.shares)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(n for _, n in self.shares)
+
+
+def rank_totals(scans: Sequence[RankScan]) -> tuple[RankTotal, ...]:
+    """Bytes per device across ``scans``, in device order: each rank's totals, joined where
+    ranks of one machine name the same GPU (by ``gpu_ids``) or the CPU."""
+    joined: dict[tuple[str, str], tuple[list[str], list[tuple[int, int]]]] = {}
+    for scan in sorted(scans, key=lambda s: s.rank):
+        ids = dict(scan.gpu_ids)
+        for device, nbytes in scan.totals:
+            names, shares = joined.setdefault((scan.host, ids.get(device, device)), ([], []))
+            if device not in names:
+                names.append(device)
+            shares.append((scan.rank, nbytes))
+    out = [
+        RankTotal(host, tuple(names), tuple(shares))
+        for (host, _), (names, shares) in joined.items()
+    ]
+    return tuple(sorted(out, key=lambda t: (device_sort_key(t.devices[0]), t.host)))
+
+
+@dataclass(frozen=True)
+class RankFinding:
+    """Something placed suspiciously across ranks, as data (render/ranks.py words it).
+
+    ``ranks_share_gpu``: ``ranks`` all hold tensors on one GPU (``device``, each rank's
+    ``nbytes`` in ``ranks``' order). ``rank_device_differs``: ``path`` (a ``kind`` row) is on
+    ``device`` on ``ranks`` and elsewhere on the ``others`` (rank, device).
+    """
+
+    code: str
+    ranks: tuple[int, ...]
+    device: str = ""
+    host: str = ""
+    nbytes: tuple[int, ...] = ()
+    path: str = ""
+    kind: str = ""
+    others: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RanksRecord:
+    """What ``%devices --ranks`` shows on rank 0: every rank's scan in rank order and the
+    findings across them. :class:`torchdevmagic.ranks.RanksReport` is this, with its
+    renderings."""
+
+    ranks: tuple[RankScan, ...]
+    findings: tuple[RankFinding, ...] = ()
+    made_by: str = "scan"
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.host for s in self.ranks))
+
+    def totals(self) -> tuple[RankTotal, ...]:
+        """Bytes per device across the ranks (see :func:`rank_totals`)."""
+        return rank_totals(self.ranks)
+
+    def rank(self, rank: int) -> RankScan:
+        for scan in self.ranks:
+            if scan.rank == rank:
+                return scan
+        raise KeyError(rank)
+
+
 #: The kinds of :class:`RowChange`, in the order a summary names them.
 CHANGES = ("new", "freed", "grown", "shrunk", "moved")
 
@@ -532,12 +647,18 @@ __all__ = [
     "MachineVerdict",
     "Member",
     "ModuleParts",
+    "Placement",
+    "RankFinding",
+    "RankScan",
+    "RankTotal",
+    "RanksRecord",
     "Row",
     "RowChange",
     "RowTable",
     "Rows",
     "ScanStats",
     "TotalChange",
+    "rank_totals",
     "to_plain",
     "totals_of",
 ]

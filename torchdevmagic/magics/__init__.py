@@ -23,13 +23,17 @@ class Magic:
     """One magic as loading registers it (a plain class: a NamedTuple's creation alone
     would cost a third of ``%load_ext autotime``)."""
 
-    __slots__ = ("kind", "name", "spec", "summary")
+    __slots__ = ("kind", "local_scope", "name", "spec", "summary")
 
-    def __init__(self, kind: str, name: str, spec: str, summary: str) -> None:
+    def __init__(
+        self, kind: str, name: str, spec: str, summary: str, local_scope: bool = False
+    ) -> None:
         self.kind = kind  # "line" or "cell"
         self.name = name  # as typed, without the % signs
         self.spec = spec  # "module:Class" of the Magics subclass that implements it
         self.summary = summary  # what %magic lists: the first line of the method's docstring
+        # IPython passes the caller's locals (local_ns=): the method is @needs_local_scope
+        self.local_scope = local_scope
 
 
 _DEVICES = "torchdevmagic.magics.devices:DevicesMagics"
@@ -44,6 +48,7 @@ MAGICS: tuple[Magic, ...] = (
         "devices",
         _DEVICES,
         "Show where your tensors, modules and optimizers live, and what each GPU holds.",
+        local_scope=True,  # --ranks in a function (a launched training function) reads its names
     ),
     Magic(
         "cell",
@@ -153,9 +158,9 @@ def _stub(loaded: _Loaded, magic: Magic) -> Callable[..., Any]:
             del exc
             raise
 
-    def line_magic(line: str = "") -> Any:
+    def line_magic(line: str = "", **scope: Any) -> Any:
         try:
-            return real()(line)
+            return real()(line, **scope)  # local_ns=, for a magic that takes it
         except BaseException as exc:
             _without_this_frame(exc)
             del exc
@@ -165,6 +170,8 @@ def _stub(loaded: _Loaded, magic: Magic) -> Callable[..., Any]:
     stub.__name__ = stub.__qualname__ = magic.name
     stub.__doc__ = magic.summary
     f: Any = stub
+    if magic.local_scope:
+        f.needs_local_scope = True
     f.implementation = lambda: implementation(magic)  # for magics._args.parser_of
     f.getdoc = lambda: implementation(magic).getdoc()  # what ? and shift-tab show
     return stub

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, line_magic, magics_class, needs_local_scope
 
 from torchdevmagic.magics._args import argument, magic_arguments, parse, refuse_combined
 from torchdevmagic.magics._show import show
@@ -61,6 +61,7 @@ def _scan_only(args: Any) -> dict[str, bool]:
         "--depth": args.depth is not None,
         "--max-items": args.max_items is not None,
         "--max-objects": args.max_objects is not None,
+        "--ranks": args.ranks,
     }
 
 
@@ -134,9 +135,16 @@ class DevicesMagics(Magics):
         help="give back memory pinned by the last traceback and Out[n] (all, or: traceback, "
         "Out, Out[N], _)",
     )
+    @argument(
+        "--ranks",
+        action="store_true",
+        help="every rank of a torch.distributed program in one table, on rank 0 (every rank "
+        "must run it)",
+    )
     @argument("-o", "--output", action="store_true", help="return the report object")
+    @needs_local_scope
     @line_magic
-    def devices(self, line: str = "") -> Any:
+    def devices(self, line: str = "", local_ns: Any = None) -> Any:
         """Show where your tensors, modules and optimizers live, and what each GPU holds.
 
         Usage: %devices [DEVICE] [-a] [-s size|name|device] [--top N] [--depth N]
@@ -145,6 +153,7 @@ class DevicesMagics(Magics):
                         [--max-objects N] [-o]
                %devices --env [-o]
                %devices [DEVICE] --free [traceback|Out|Out[N]|_ ...] [-o]
+               %devices [DEVICE] --ranks [-a] [-s size|name|device] [--top N] [-o]
 
         Findings (a module split across devices, a tensor attribute .to() will not move,
         optimizer state on another device) come first, then one row per variable, then one
@@ -165,6 +174,14 @@ class DevicesMagics(Magics):
         per device. Name holders to drop only those; give a DEVICE to drop only the ones
         holding memory there.
 
+        --ranks, in a torch.distributed program (notebook_launcher, torchrun), gathers every
+        rank's report to rank 0 with torch.distributed's object collective: one table with a
+        Rank column (--top N rows per rank), each device's total across ranks, and what no
+        one rank can see (two ranks on one GPU, a model or optimizer state on another kind
+        of device on one rank). Rank 0 shows it; the other ranks show nothing (-o gives them
+        None). It is a collective: every rank must run it. In a function it reads the
+        function's names too.
+
         Examples::
 
             %devices                # everything, biggest first
@@ -175,6 +192,7 @@ class DevicesMagics(Magics):
             %devices --env          # why torch does (not) see the GPU
             %devices --diff         # new, freed, grown, moved since the previous %devices
             %devices --free         # after an out-of-memory error: give back what it pins
+            %devices --ranks        # in every rank: one table of all of them, on rank 0
         """
         args = parse(self.devices, line, "%devices")  # an unmatched quote: UsageError
         shell = self.shell
@@ -190,6 +208,40 @@ class DevicesMagics(Magics):
             {"--sort": args.diff and args.sort is not None},
             "a DEVICE, -a, --top, --depth, --max-items, --max-objects, -o",
         )
+        if args.ranks:
+            return self._ranks(args, local_ns)
+        report = replace(
+            self._scan(shell.user_ns, args), made_by="%devices"
+        )  # its notes name this magic's options
+        previous, self._previous = self._previous, report  # kept for the next --diff
+        if args.diff:
+            return self._finish(self._diff(previous, report), args.output)
+        return self._finish(report, args.output)
+
+    def _ranks(self, args: Any, local_ns: Any) -> Any:
+        refuse_combined(
+            "%devices",
+            "--ranks",
+            {"--diff": args.diff},
+            "a DEVICE, -a, --sort, --top, --depth, --max-items, --max-objects, -o",
+        )
+        from torchdevmagic.ranks import gather_ranks, process_group_problem
+
+        problem = process_group_problem("%devices --ranks")
+        if problem is not None:
+            raise UsageError(problem)
+        shell = self.shell
+        assert shell is not None
+        namespace = shell.user_ns
+        if isinstance(local_ns, dict) and local_ns is not namespace:
+            namespace = {**namespace, **local_ns}  # a function's names shadow the notebook's
+        report = self._scan(namespace, args)
+        gathered = gather_ranks(replace(report, made_by="%devices"))
+        if gathered is None:  # not rank 0: rank 0 shows every rank
+            return None
+        return self._finish(gathered, args.output)
+
+    def _scan(self, namespace: Any, args: Any) -> Any:
         from torchdevmagic.api import scan
         from torchdevmagic.scanning import (
             DEFAULT_MAX_DEPTH,
@@ -197,8 +249,10 @@ class DevicesMagics(Magics):
             DEFAULT_MAX_OBJECTS,
         )
 
-        report = scan(
-            shell.user_ns,
+        shell = self.shell
+        assert shell is not None
+        return scan(
+            namespace,
             device=parse_device(args.device),
             include_hidden=args.all,
             hidden=shell.user_ns_hidden,
@@ -208,11 +262,6 @@ class DevicesMagics(Magics):
             max_items=DEFAULT_MAX_ITEMS if args.max_items is None else args.max_items,
             max_objects=DEFAULT_MAX_OBJECTS if args.max_objects is None else args.max_objects,
         )
-        report = replace(report, made_by="%devices")  # its notes name this magic's options
-        previous, self._previous = self._previous, report  # kept for the next --diff
-        if args.diff:
-            return self._finish(self._diff(previous, report), args.output)
-        return self._finish(report, args.output)
 
     # The last report this kernel's %devices made: records only, it keeps no tensor alive.
     _previous: Any = None
