@@ -155,6 +155,9 @@ QUICK_TESTS = frozenset(
         "test_devcheck_helpers.py::"
         "test_a_loss_defined_elsewhere_names_the_weight_where_the_call_reads_it[partial_keyword]",
         "test_devcheck_magic.py::test_index_tensor_created_without_device",
+        "test_devcheck_unseen_shapes.py::test_messages_of_two_operands_of_one_dtype_are_read",
+        "test_devcheck_unseen_shapes.py::"
+        "test_a_tensor_a_helper_returns_without_device_is_moved_where_read",
         "test_devcheck_magic.py::test_success_is_silent_and_keeps_values",
         "test_devcheck_magic.py::test_exception_notes_and_same_object",
         "test_devcheck_magic.py::test_unrecognised_errors_are_untouched",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import sys
 import types
+from dataclasses import replace
 from typing import Any, Optional
 
 from torchdevmagic.diagnosis import culprits as cp
@@ -35,7 +36,14 @@ def numpy_device(c: Ctx) -> Diagnosis:
     home = _frame_naming(culprits, frames) or (frames[-1] if frames else None)
     stmt = home.stmt if home else None
     rows = [culprit_row(v) for v in culprits]
-    stacked = nf.numpy_stack_fix(stmt, [v.local for v in culprits if v.kind == "container"])
+    named = culprits  # the line to rewrite reads them by the names of its own frame
+    if home is not None:
+        ids = {v.object_id for v in culprits}
+        here = [replace(w, expression=w.local) for w in home.values if w.object_id in ids]
+        named = unique(here) or culprits
+    stacked = nf.numpy_stack_fix(
+        stmt, [v.local for v in named if v.kind == "container"], _torch_in(home)
+    )
     fix: Optional[str]
     if stacked is not None:
         fix, made = stacked
@@ -44,7 +52,7 @@ def numpy_device(c: Ctx) -> Diagnosis:
         else:  # the list the line hands to NumPy, not the arguments of outer frames
             rows = [culprit_row(v) for v in culprits if v.kind == "container"] or rows
     else:
-        tensors = [v for v in culprits if v.kind == "tensor"]
+        tensors = [v for v in named if v.kind == "tensor"]
         fix = nf.numpy_fix(stmt, tensors, base.get("source") or "")
         if stmt is not None and fix == Splice(stmt).text():
             fix = None  # nothing on the line to change: never print the failing line back
@@ -63,6 +71,19 @@ def numpy_device(c: Ctx) -> Diagnosis:
         culprits=tuple(rows),
         **fields,
     )
+
+
+def _torch_in(fr: Any) -> Optional[str]:
+    """The name torch has in the globals of ``fr``'s code (``torch``), else None: a fix that
+    stays in torch there would raise NameError."""
+    if fr is None:
+        return "torch"
+    try:
+        space = fr.frame.f_globals
+        found = dict.get(space, "torch") if type(space) is dict else None
+    except Exception:
+        return None
+    return "torch" if type(found) is types.ModuleType and found.__name__ == "torch" else None
 
 
 def _frame_naming(values: list[cp.Value], frames: list[Any]) -> Optional[Any]:

@@ -11,19 +11,11 @@ from typing import Any, Optional
 
 from torchdevmagic._device import Device
 from torchdevmagic.diagnosis.culprits import Value
-from torchdevmagic.diagnosis.frames import MOVE_METHODS
+from torchdevmagic.diagnosis.frames import FACTORIES, MOVE_METHODS
 from torchdevmagic.diagnosis.splice import Splice, span
 
 DEVICE_NAMES = ("DEVICE", "device", "dev")
 FALLBACK_DEVICE = '"cuda" if torch.cuda.is_available() else "cpu"'
-FACTORIES = frozenset(
-    {
-        "randn", "rand", "zeros", "ones", "empty", "full", "arange", "tensor", "randint",
-        "eye", "linspace", "logspace", "randperm", "as_tensor", "normal", "empty_strided",
-        "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window",
-        "tril_indices", "triu_indices",
-    }
-)  # fmt: skip
 CASTS = {"float", "double", "half", "bfloat16", "long", "int", "short", "bool", "byte"}
 
 

@@ -11,9 +11,10 @@ import re
 import sys
 import sysconfig
 from collections.abc import Iterator, Mapping
-from types import FrameType, TracebackType
+from types import FrameType, FunctionType, TracebackType
 from typing import Any, Callable, Optional, Union
 
+from torchdevmagic import safe
 from torchdevmagic.diagnosis import splice
 
 UserFramePredicate = Callable[[FrameType], bool]
@@ -240,6 +241,7 @@ def statement_at(tree: Optional[ast.Module], lines: list[str], lineno: int) -> O
     return _parse_line(line, lineno, lines)
 
 
+_FUNCTION_CODE = FunctionType.__code__.__get__  # type: ignore[attr-defined]
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
@@ -313,6 +315,23 @@ def assignments_before(scope: Optional[ast.AST], lineno: int, name: str) -> list
     return sorted(hits, key=lambda n: n.lineno)
 
 
+def unpacked_before(scope: Optional[ast.AST], lineno: int, name: str) -> Optional[ast.Assign]:
+    """The last statement of ``scope`` before ``lineno`` that binds ``name`` by unpacking
+    (``h, c = self.init_hidden(b)``)."""
+    found: Optional[ast.Assign] = None
+    for node in ast.walk(scope) if scope is not None else ():
+        if (
+            isinstance(node, ast.Assign)
+            and node.lineno < lineno
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], (ast.Tuple, ast.List))
+            and any(isinstance(e, ast.Name) and e.id == name for e in node.targets[0].elts)
+            and (found is None or node.lineno > found.lineno)
+        ):
+            found = node
+    return found
+
+
 def attribute_set_before(scope: Optional[ast.AST], lineno: int, path: str) -> Optional[ast.stmt]:
     """The last statement of ``scope`` before ``lineno`` that assigns the attribute path
     ``path`` (``self.hidden = self.init_hidden()``), alone or in a tuple of targets."""
@@ -350,6 +369,38 @@ def loop_over(scope: Optional[ast.AST], lineno: int, name: str) -> Optional[ast.
     return found
 
 
+def comprehension_binds(scope: Optional[ast.AST], lineno: int, name: str) -> bool:
+    """Whether the innermost loop around ``lineno`` that binds ``name`` is a comprehension's
+    (its variable exists only inside it: a line before the statement cannot move it)."""
+    found = False
+    for node in ast.walk(scope) if scope is not None else ():
+        if isinstance(node, ast.For) and node.lineno <= lineno <= (node.end_lineno or 0):
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node.target)):
+                found = False
+        elif isinstance(node, _COMPREHENSIONS) and (
+            node.lineno <= lineno <= (node.end_lineno or node.lineno)
+        ):
+            for g in node.generators:
+                if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(g.target)):
+                    found = True
+    return found
+
+
+def for_binding(scope: Optional[ast.AST], lineno: int, name: str) -> Optional[ast.For]:
+    """The innermost ``for`` statement around ``lineno`` whose target is ``name``."""
+    found: Optional[ast.For] = None
+    for node in ast.walk(scope) if scope is not None else ():
+        if (
+            isinstance(node, ast.For)
+            and node.lineno <= lineno <= (node.end_lineno or 0)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+            and (found is None or node.lineno > found.lineno)
+        ):
+            found = node
+    return found
+
+
 def loop_source(scope: Optional[ast.AST], lineno: int, name: str) -> Optional[ast.AST]:
     """What the ``for`` around ``lineno`` takes ``name`` from: its iterable, or through
     ``zip(a, b)`` and ``enumerate(a)`` with a tuple target, the one argument that yields
@@ -377,6 +428,102 @@ def _tuple_source(target: ast.Tuple, iterable: ast.AST, name: str) -> Optional[a
     if iterable.func.id == "enumerate" and len(args) == 1 and len(names) == 2 and i == 1:
         return args[0]
     return iterable
+
+
+# torch functions that make a tensor (on the default device unless given device=)
+FACTORIES = frozenset(
+    {
+        "randn", "rand", "zeros", "ones", "empty", "full", "arange", "tensor", "randint",
+        "eye", "linspace", "logspace", "randperm", "as_tensor", "normal", "empty_strided",
+        "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window",
+        "tril_indices", "triu_indices",
+    }
+)  # fmt: skip
+_MAKERS = frozenset({"from_numpy", *FACTORIES})
+
+
+def helper_calls(stmt: Optional[ast.AST], resolver: Any) -> list[tuple[ast.Call, str]]:
+    """The calls in ``stmt`` of a Python function of the user's (not a library's) whose
+    body makes a tensor with no device named anywhere in it (``torch.from_numpy(mask)``,
+    ``torch.ones(n)``): (the call, where the tensor is made)."""
+    out: list[tuple[ast.Call, str]] = []
+    if stmt is None or resolver is None:
+        return out
+    for node in ast.walk(stmt):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            continue
+        try:
+            func = resolver.resolve(node.func)
+            code = _FUNCTION_CODE(func) if type(func) is FunctionType else None
+        except Exception:
+            code = None
+        if code is None or is_library_file(code.co_filename):
+            continue
+        made = _made_without_device(code)
+        if made:
+            out.append((node, made))
+    return out
+
+
+def method_assigns(obj: Any, method: str, attributes: set[str]) -> bool:
+    """Whether ``type(obj).method`` (a Python function, found in the class namespaces
+    without running a descriptor) assigns ``self.<a>`` for one of ``attributes``."""
+    try:
+        func = safe.class_attribute(safe.class_of(obj), method)
+        code = _FUNCTION_CODE(func) if type(func) is FunctionType else None
+    except Exception:
+        return False
+    _, tree = parse_source(code.co_filename) if code is not None else ([], None)
+    if code is None or tree is None:
+        return False
+    defs = [d for d in _index(tree)[1] if d.lineno == code.co_firstlineno]
+    if len(defs) != 1 or not defs[0].args.args:
+        return False
+    me = defs[0].args.args[0].arg
+    for node in ast.walk(defs[0]):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        for t in targets:
+            for a in ast.walk(t):
+                if (
+                    isinstance(a, ast.Attribute)
+                    and isinstance(a.value, ast.Name)
+                    and a.value.id == me
+                    and a.attr in attributes
+                ):
+                    return True
+    return False
+
+
+def _made_without_device(code: Any) -> str:
+    """``torch.from_numpy(mask) (line 4)`` when the function of ``code`` makes a tensor and
+    names no device anywhere; else ""."""
+    _, tree = parse_source(code.co_filename)
+    if tree is None:
+        return ""
+    defs = [d for d in _index(tree)[1] if d.lineno == code.co_firstlineno]
+    defs = defs or [
+        d for d in _index(tree)[1] if any(x.lineno == code.co_firstlineno for x in d.decorator_list)
+    ]
+    if len(defs) != 1:
+        return ""
+    made = ""
+    for n in ast.walk(defs[0]):
+        if isinstance(n, ast.keyword) and n.arg == "device":
+            return ""
+        if isinstance(n, (ast.Name, ast.Attribute)) and "device" in ast.unparse(n):
+            return ""
+        if isinstance(n, ast.Attribute) and n.attr in ("to", "cuda"):
+            return ""
+        if (
+            not made
+            and isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in _MAKERS
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id in ("torch", "th")
+        ):
+            made = f"{ast.unparse(n)}, line {n.lineno}"
+    return made
 
 
 def discarded_move(stmt: ast.stmt) -> Optional[str]:

@@ -19,7 +19,7 @@ from torchdevmagic.diagnosis import together
 from torchdevmagic.diagnosis.planner import PlanContext, Planned
 from torchdevmagic.diagnosis.planner import table as planner
 from torchdevmagic.diagnosis.result import Culprit, Diagnosis, MachineVerdict
-from torchdevmagic.diagnosis.tracing import Plan, Tracer
+from torchdevmagic.diagnosis.tracing import RETURNED, Plan, Tracer
 
 EnvVerdict = Callable[[rl.Match], Optional[MachineVerdict]]
 
@@ -266,6 +266,8 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     plan = planned.plan
     if planned.strategy == "made_on_failing_line" and anonymous is not None:
         why = "made on the failing line without device="
+        if plan is not None and RETURNED in plan.note:
+            why = "returned by a function that makes it without device="
         rows = [Culprit(anonymous[0], ", ".join(others) or "?", why)]
     if plan is not None and plan.culprit is not None:
         rows, culprits = [culprit_row(plan.culprit)], [plan.culprit]
@@ -292,21 +294,36 @@ def device_mismatch(c: Ctx) -> Diagnosis:
     )
 
 
+_LOW_FLOATS = ("float32", "float16", "bfloat16")
+
+
 def dtype_mismatch(c: Ctx) -> Diagnosis:
     match = c.match
     values = unique(c.values)
     mentioned = match.dtypes
     relevant = [v for v in values if any(d in mentioned for d in v.dtypes)]
     target = match.expected or (mentioned[-1] if mentioned else "float32")
-    for v in relevant:
-        if v.kind == "module" and len(v.dtypes) == 1 and v.dtypes[0] in mentioned:
-            target = v.dtypes[0]
-            break
+    models = [
+        v
+        for v in relevant
+        if v.kind == "module" and v.params and len(v.dtypes) == 1 and v.dtypes[0] in mentioned
+    ]
+    if models:  # a model's parameters say which dtype the user computes in
+        target = models[0].dtypes[0]
+    elif target == "float64":  # float64 comes from NumPy: the other side is the user's
+        target = next((d for d in mentioned if d in _LOW_FLOATS), target)
 
     def odd(v: cp.Value) -> bool:
         return v.kind != "module" and any(d != target for d in v.dtypes if d in mentioned)
 
-    culprits = unique(innermost(c.frames, odd)) or [v for v in relevant if odd(v)]
+    def odd_holder(v: cp.Value) -> bool:  # a loss holding float64 class weights, no params
+        return v.kind == "module" and not v.params and any(d != target for d in v.dtypes)
+
+    culprits = (
+        unique(innermost(c.frames, odd))
+        or [v for v in relevant if odd(v)]
+        or [v for v in relevant if odd_holder(v)]
+    )
     shown = {v.object_id for v in culprits}  # a culprit under its inner name too
     context = [v for v in relevant if v.object_id not in shown]
     tracer = Tracer(c.frames, c.namespace, target)

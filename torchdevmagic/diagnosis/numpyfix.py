@@ -108,11 +108,13 @@ _AXIS_REDUCTIONS = {"sum", "mean", "prod"}
 
 
 def numpy_stack_fix(
-    stmt: Optional[ast.stmt], containers: list[str]
+    stmt: Optional[ast.stmt], containers: list[str], torch_name: Optional[str] = "torch"
 ) -> Optional[tuple[str, Optional[str]]]:
     """``np.sum([loss(a, b) for ...])`` / ``np.array(losses).sum()`` over tensors on a GPU:
-    stay in torch (``torch.stack(...).sum()``), which also keeps the graph. Returns the
-    corrected line and, for a comprehension, the expression that made the tensors."""
+    stay in torch (``torch.stack(...).sum()``), which also keeps the graph; where the code
+    has no ``torch`` (a plotting helper's file), each tensor goes to the host in NumPy's call.
+    Returns the corrected line and, for a comprehension, the expression that made the
+    tensors."""
     if stmt is None:
         return None
     sp = Splice(stmt)
@@ -137,7 +139,10 @@ def numpy_stack_fix(
             made.append(None)
         else:
             continue
-        stacked = f"torch.stack({sp.source(arg)})"
+        if torch_name is None:
+            sp.replace(arg, f"[t.detach().cpu().numpy() for t in {sp.source(arg)}]")
+            continue
+        stacked = f"{torch_name}.stack({sp.source(arg)})"
         if f.attr in _NUMPY_REDUCTIONS:
             given = [sp.source(a) for a in node.args[1:]] + [
                 f"{k.arg}={sp.source(k.value)}" if k.arg else f"**{sp.source(k.value)}"

@@ -132,6 +132,16 @@ def wrap_reference(stmt: ast.stmt, expression: str, suffix: str) -> Optional[str
     return sp.text()
 
 
+def wrap_node(stmt: ast.stmt, node: ast.expr, suffix: str) -> Optional[str]:
+    """The statement with the one expression ``node`` (a node of ``stmt``) followed by
+    ``suffix`` (``mask(n)`` -> ``mask(n).to(x.device)``)."""
+    if not any(n is node for n in ast.walk(stmt)):
+        return None
+    sp = Splice(stmt)
+    sp.suffix(node, suffix)
+    return sp.text()
+
+
 def moved_reference(stmt: ast.stmt, value: Value, dev: str) -> Optional[str]:
     """The statement with ``value``'s reference moved where it is read: ``x.to(dev)`` for a
     tensor, ``tuple(t.to(dev) for t in x)`` for a tuple or list of tensors."""
@@ -147,6 +157,14 @@ def moved_reference(stmt: ast.stmt, value: Value, dev: str) -> Optional[str]:
     sp = Splice(stmt)
     for node in found:
         sp.replace(node, f"{maker}(t.to({dev}) for t in {sp.source(node)})")
+    return sp.text()
+
+
+def each_moved(stmt: ast.Assign, dev: str) -> str:
+    """``h, c = self.init_hidden(b)`` -> ``h, c = (t.to(dev) for t in
+    self.init_hidden(b))``: every tensor the line unpacks, moved where it is made."""
+    sp = Splice(stmt)
+    sp.replace(stmt.value, f"(t.to({dev}) for t in {sp.source(stmt.value)})")
     return sp.text()
 
 

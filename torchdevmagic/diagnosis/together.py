@@ -20,6 +20,7 @@ from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis import frames as fm
 from torchdevmagic.diagnosis.culprits import Value, describe
 from torchdevmagic.diagnosis.fixes import Plan
+from torchdevmagic.diagnosis.resolve import MISSING, is_reference
 from torchdevmagic.diagnosis.scope import Scope
 from torchdevmagic.safe import table_items
 from torchdevmagic.safe.objects import instance_attributes
@@ -224,3 +225,80 @@ def one_owner(culprits: list[Value]) -> Optional[str]:
         return None
     owner = owners.pop()
     return owner if owner and not owner.startswith("self") else None
+
+
+def loop_object_plan(tr: Scope, culprits: list[Value]) -> Optional[Plan]:
+    """``for batch in batches(): ... batch.index``: a ``for`` that makes a new object each
+    time round (a generator's batch, a graph library's ``Data``), its tensor fields on the
+    CPU. A move before the cell is undone by the next batch, and moving the one field named
+    fails next on its siblings: one line at the top of the loop body moves every tensor
+    field of the loop variable that is off target."""
+    roots = {v.local.split(".", 1)[0] for v in culprits}
+    root = roots.pop() if len(roots) == 1 else ""
+    if not root.isidentifier() or any(not v.local.startswith(root + ".") for v in culprits):
+        return None
+    fr = tr.frame_of(culprits[0])
+    if fr is None or fr.resolver is None or any(tr.frame_of(v) is not fr for v in culprits):
+        return None
+    loop = fm.for_binding(fr.tree if fr.is_cell else fr.func, fr.lineno, root)
+    if loop is None or not loop.body:
+        return None
+    held = fr.resolver.resolve(ast.Name(root, ast.Load()))
+    attributes = instance_attributes(held) if held is not MISSING else None
+    torch = fr.torch
+    if attributes is None or cp.is_module(held, torch) or describe(held, root, torch):
+        return None  # a module, tensor or container moves by its own fix
+    names = [path for path, w in _held_tensors(root, attributes, torch) if _off(tr, w)]
+    if not names or any(v.local not in names for v in culprits):
+        return None
+    first = loop.body[0]
+    note = f"{root} is made anew by each turn of the loop over {ast.unparse(loop.iter)}"
+    if fr.is_cell:
+        line = moved_together(names, tr.cell_dev)
+        return Plan(line, first.lineno, fr.frame.f_code.co_filename, insert=True, note=note)
+    dev = tr.ref_device(fr, first.lineno)
+    if dev is None:
+        return None
+    plan = tr.in_function(fr, moved_together(names, dev), first.lineno, root)
+    return replace(plan, insert=True, note=note)
+
+
+def unpacked_dict_plan(tr: Scope, v: Value) -> Optional[Plan]:
+    """``model(**inputs)``, a parameter of the failing function that came from a plain dict
+    of tensors the calling line unpacks, some of them off target (a tokenizer's output with
+    one field moved by hand, labels cloned from it): moving the parameter inside the
+    function leaves the next field to fail, so the calling frame rebuilds the whole dict on
+    the device, on a line inserted before the call."""
+    fr = tr.frame_of(v)
+    if fr is None or fr.is_cell or fr not in tr.frames:
+        return None
+    i = tr.frames.index(fr)
+    caller = tr.frames[i - 1] if i > 0 else None
+    if caller is None or caller.stmt is None or caller.resolver is None:
+        return None
+    torch = caller.torch
+    for node in ast.walk(caller.stmt):
+        for kw in node.keywords if isinstance(node, ast.Call) else ():
+            if kw.arg is not None or not is_reference(kw.value):
+                continue
+            held = caller.resolver.resolve(kw.value)
+            if type(held) is not dict:
+                continue
+            items = table_items(held)[:MAX_HELD]
+            if not any(id(item) == v.object_id for _, item in items):
+                continue
+            found = [describe(item, "", torch) for _, item in items]
+            if not all(w is not None and w.kind == "tensor" for w in found):
+                return None
+            name = ast.unparse(kw.value)
+            dev = tr.cell_dev if caller.is_cell else tr.ref_device(caller, caller.lineno)
+            if dev is None:
+                return None
+            line = f"{name} = {{k: t.to({dev}) for k, t in {name}.items()}}"
+            note = f"{v.local} comes from **{name}, whose other tensors are off the device too"
+            at = caller.stmt.lineno
+            if caller.is_cell:
+                return Plan(line, at, caller.frame.f_code.co_filename, insert=True, note=note)
+            plan = tr.in_function(caller, line, at, name)
+            return replace(plan, insert=True, note=note)
+    return None

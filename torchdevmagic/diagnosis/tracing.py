@@ -39,7 +39,9 @@ from torchdevmagic.diagnosis.fixes import Plan
 from torchdevmagic.diagnosis.resolve import is_reference
 from torchdevmagic.diagnosis.scope import Scope
 
-__all__ = ["Plan", "Tracer"]
+__all__ = ["RETURNED", "Plan", "Tracer"]
+
+RETURNED = " returns a tensor its function makes without device="
 
 
 class Tracer(Scope):
@@ -182,6 +184,8 @@ class Tracer(Scope):
         if v.local.isidentifier():
             hits = fm.assignments_before(fr.func, fr.lineno, v.local)
             loop = fm.loop_over(fr.func, fr.lineno, v.local)
+            if fm.comprehension_binds(fr.func, fr.lineno, v.local):
+                loop = None  # ``[conv(f) for conv, f in zip(...)]``: moved where it is read
             if loop is not None and (not hits or hits[-1].lineno < _line(loop)):
                 return together.loop_plan(self, v, fr, loop)
             if hits and isinstance(hits[-1], ast.Assign):
@@ -189,6 +193,12 @@ class Tracer(Scope):
                 line = rw.with_device(hits[-1], dev, hits[-1].value) if dev else None
                 if line is not None:
                     return self.in_function(fr, line, hits[-1], v.local)
+            unpacked = fm.unpacked_before(fr.func, fr.lineno, v.local)
+            if unpacked is not None and (not hits or hits[-1].lineno < unpacked.lineno):
+                dev = self.ref_device(fr, unpacked.lineno)
+                line = self.unpacked_moved(fr, unpacked, dev) if dev else None
+                if line is not None:
+                    return self.in_function(fr, line, unpacked, v.local)
         dev = self.ref_device(fr, fr.lineno)
         if dev is None or fr.stmt is None:
             return None
@@ -197,6 +207,21 @@ class Tracer(Scope):
             return None
         return self.noted_where_made(fr, v, self.in_function(fr, moved, fr.stmt, v.local))
 
+    def unpacked_moved(self, fr: Any, made: ast.Assign, dev: str) -> Optional[str]:
+        """``h, c = self.init_hidden(b)``: tensors made together by one call, each read
+        later (moving ``h`` where it fails leaves ``c`` to fail next). The creating line
+        moves every one of them, for the rest of the function."""
+        if len(made.targets) != 1 or not isinstance(made.targets[0], (ast.Tuple, ast.List)):
+            return None
+        names = [e.id if isinstance(e, ast.Name) else "" for e in made.targets[0].elts]
+        if len(names) < 2 or not all(names):
+            return None
+        for name in names:
+            found = fr.describe(ast.Name(name, ast.Load()))
+            if found is None or found.kind != "tensor":
+                return None
+        return rw.each_moved(made, dev)
+
     def anonymous_plan(self, fr: Any) -> Optional[tuple[str, Plan]]:
         """A tensor made on the failing line itself without ``device=``
         (``window=torch.hann_window(n)``): (its expression, the corrected line)."""
@@ -204,7 +229,7 @@ class Tracer(Scope):
             return None
         calls = rw.factory_calls(fr.stmt)
         if not calls:
-            return None
+            return self.helper_call_plan(fr)
         made = ast.unparse(calls[0])
         if fr.is_cell:
             fixed = rw.with_device(fr.stmt, self.cell_dev)
@@ -215,6 +240,66 @@ class Tracer(Scope):
         if fixed is None:
             return None
         return made, self.in_function(fr, fixed, fr.stmt, made)
+
+    def helper_call_plan(self, fr: Any) -> Optional[tuple[str, Plan]]:
+        """No name on the failing line holds the odd tensor, and the line calls a function
+        of the user's that makes a tensor without ``device=`` (a mask built with NumPy and
+        ``torch.from_numpy``): that call's result moved where the line reads it."""
+        found = [c for c in fm.helper_calls(fr.stmt, fr.resolver) if c is not None]
+        if len(found) != 1:
+            return None
+        call, made = found[0]
+        dev = self.cell_dev if fr.is_cell else self.ref_device(fr, fr.lineno)
+        line = rw.wrap_node(fr.stmt, call, f".to({dev})") if dev else None
+        if line is None:
+            return None
+        text = ast.unparse(call)
+        note = f"{text}{RETURNED} ({made})"
+        if fr.is_cell:
+            plan = fx.replacing(line, fr.stmt, fr.frame.f_code.co_filename, note=note)
+        else:
+            plan = replace(self.scoped(fr, line, fr.stmt), note=note)
+        return text, plan
+
+    def after_resetting_call(self, plan: Plan) -> Plan:
+        """A fix run before the cell that sets attributes of an object (``sched.sigmas =
+        sched.sigmas.to(d)``), where the cell, before its failing line, calls a method of
+        that object which assigns one of them again (a scheduler's ``set_timesteps``
+        re-creating its tables on the CPU): the fix goes in the cell right after that call,
+        which would undo it."""
+        cell = next((fr for fr in self.frames if fr.is_cell), None)
+        if plan.lineno is not None or cell is None or cell.tree is None:
+            return plan
+        try:
+            fix = ast.parse(plan.fix)
+        except SyntaxError:
+            return plan
+        moved: dict[str, set[str]] = {}
+        for stmt in fix.body:
+            for target in stmt.targets if isinstance(stmt, ast.Assign) else ():
+                for t in ast.walk(target):
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
+                        moved.setdefault(t.value.id, set()).add(t.attr)
+        body = cell.tree.body
+        for i, stmt in enumerate(body):
+            if stmt.lineno >= cell.lineno or i + 1 >= len(body):
+                break
+            call = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Name)
+                and call.func.value.id in moved
+            ):
+                continue
+            owner = call.func.value.id
+            held = cell.resolver.resolve(call.func.value) if cell.resolver else None
+            if held is None or not fm.method_assigns(held, call.func.attr, moved[owner]):
+                continue
+            where = body[i + 1].lineno
+            note = f"line {stmt.lineno}'s {owner}.{call.func.attr}() sets them again on the CPU"
+            return Plan(plan.fix, where, cell.frame.f_code.co_filename, insert=True, note=note)
+        return plan
 
     def to_cpu_plan(self, v: Value) -> Optional[Plan]:
         """An argument that must be on the CPU (pack_padded_sequence's lengths): the failing

@@ -151,6 +151,14 @@ def held_container(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     return Plan("; ".join(lines))
 
 
+def loop_object(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
+    """Fields of an object a ``for`` binds anew each turn (a generator's batch): every
+    tensor field off target moved at the top of the loop body."""
+    if v is None or not c.culprits:
+        return None
+    return together.loop_object_plan(c.tracer, c.culprits)
+
+
 def plain_attribute(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     """One tensor attribute of a module of the notebook that ``Module.to()`` skips:
     registered as a buffer, so it moves from now on."""
@@ -350,6 +358,12 @@ def notebook_global(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
     if v is None or fr is None or fr.is_cell or v.local != v.expression:
         return None
     return Plan(c.tracer.move(v)) if fr.reads_global(v.local, v.object_id) else None
+
+
+def unpacked_dict(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
+    """A parameter that came from ``**inputs``, a dict of tensors some of which are off
+    target: the whole dict rebuilt on the device where it is unpacked."""
+    return together.unpacked_dict_plan(c.tracer, v) if v is not None else None
 
 
 def function_local(v: Optional[Value], c: PlanContext) -> Optional[Plan]:

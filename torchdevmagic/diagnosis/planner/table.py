@@ -89,6 +89,13 @@ STRATEGIES: list[Strategy] = [
         whole=True,
     ),
     Strategy(
+        "loop_object",
+        st.loop_object,
+        "https://github.com/pyg-team/pytorch_geometric/issues/5028",
+        "tests/test_devcheck_unseen_shapes.py::test_fields_of_a_batch_object_a_loop_makes_move_in_the_loop",
+        whole=True,
+    ),
+    Strategy(
         "plain_attribute",
         st.plain_attribute,
         "https://discuss.pytorch.org/t/what-does-register-buffer-do/121091",
@@ -150,6 +157,12 @@ STRATEGIES: list[Strategy] = [
         st.notebook_global,
         "https://github.com/pytorch/pytorch/issues/122757",
         "tests/test_devcheck_helpers.py::test_a_loss_defined_elsewhere_names_the_weight_where_the_call_reads_it",
+    ),
+    Strategy(
+        "unpacked_dict",
+        st.unpacked_dict,
+        "https://github.com/huggingface/transformers/issues/31975",
+        "tests/test_devcheck_unseen_shapes.py::test_a_dict_unpacked_into_a_call_moves_whole",
     ),
     Strategy(
         "function_local",
@@ -241,6 +254,7 @@ def plan(c: PlanContext) -> Planned:
             break
         if found is None:
             continue
+        found = c.tracer.after_resetting_call(found)
         why = refusal(found, c)
         if why is None:
             return Planned(found, s.name)

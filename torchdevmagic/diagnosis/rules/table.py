@@ -276,6 +276,40 @@ TABLE: tuple[Rule, ...] = (
         DTYPE, expected="Long", odd=1, argument="target",
     ),
     Row("found_dtype_expected", r"Found dtype (\w+) but expected (\w+)", DTYPE, expected=2, odd=1),
+    # -- two operands that must share a dtype, neither named the expected one: the first is
+    # taken as expected; the handler prefers the side that is not float64 (made by NumPy)
+    Row(
+        "same_dtype_of_type",  # linalg.solve / lu_solve / cholesky_solve
+        r"Expected (\w+) and (\w+) to have the same dtype, but found \w+ of type (\w+) and "
+        r"\w+ of type (\w+)",
+        DTYPE, expected=3, odd=4, argument=2,
+    ),
+    Row(
+        "same_dtype_dtypes",  # linalg.lstsq
+        r"Expected (\w+) and (\w+) to have the same dtype, but got \w+'s dtype (\w+) and "
+        r"\w+'s dtype (\w+)",
+        DTYPE, expected=3, odd=4, argument=2,
+    ),
+    Row(
+        "same_dtype_vectors",  # dot, and matmul of two vectors
+        r"expected both vectors to have same dtype, but found (\w+) and (\w+)",
+        DTYPE, expected=1, odd=2,
+    ),
+    Row(
+        "same_scalar_type",  # index_add_, index_copy_
+        r"(\w+) \((\w+)\) and (\w+) \((\w+)\) must have the same scalar type",
+        DTYPE, expected=2, odd=4, argument=3,
+    ),
+    Row(
+        "same_dtypes_source",  # masked_scatter
+        r"expected self and (\w+) to have same dtypes but got ?(\w+) and (\w+)",
+        DTYPE, expected=2, odd=3, argument=1,
+    ),
+    Row(
+        "dtype_for_argument",  # lerp
+        r"expected dtype (\w+) for `(\w+)` but got dtype (\w+)",
+        DTYPE, expected=1, odd=3, argument=2,
+    ),
     Row(
         "result_type_cast",  # BCE-with-logits with integer targets, and other integer outputs
         r"result type (\w+) can't be cast to the desired output type (\w+(?: int)?)",
