@@ -39,14 +39,7 @@ Case = cases_module.Case
 PRE = cases_module.PRE
 
 # Cases this version does not solve fully, with the reason (kept honest: strict xfail).
-_STFT_ON_META = (
-    "the emulated GPU's torch.stft says 'got self on meta' where CUDA says cuda:0, so the fix "
-    'writes device="meta" (an emulator gap, not the diagnosis\'s)'
-)
-KNOWN_FAILURES: dict[str, str] = {
-    "stft_window_made_in_forward": _STFT_ON_META,
-    "stft_window_global_input_on_cpu": _STFT_ON_META,
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 # Cases whose error is a CPU-only build's. On a CUDA build without a driver (Colab's CPU
 # runtime, CI's Python 3.12 and torch 2.1 legs) the same cell raises "Found no NVIDIA driver"
