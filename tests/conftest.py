@@ -117,6 +117,7 @@ QUICK_FILES = frozenset(
         "test_emulate_kernel_refusals.py",
         "test_emulate_layers.py",
         "test_emulate_leaving.py",
+        "test_emulate_machine.py",
         "test_emulate_messages.py",
         "test_emulate_notebooks.py",
         "test_emulate_packed.py",

@@ -26,6 +26,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _machine import RANK0_OOM, assert_rank0_alone_out_of_memory  # noqa: E402
+
 from torchdevmagic.emulate import child_environment  # noqa: E402
 from torchdevmagic.emulate.fronts import session as _session  # noqa: E402
 from torchdevmagic.emulate.fronts.children import VARIABLE, parse  # noqa: E402
@@ -80,9 +82,10 @@ def _run(python: Path, code: str, tmp_path: Path, **extra: str) -> subprocess.Co
 def test_start_sets_the_variable_children_read_and_stop_removes_it() -> None:
     assert VARIABLE not in os.environ
     assert child_environment() == {}
-    with _session.emulate_cuda(devices=2, memory=1 << 30):
-        assert os.environ[VARIABLE] == f"2:{1 << 30}"
-        assert child_environment() == {VARIABLE: f"2:{1 << 30}"}
+    with _session.emulate_cuda(devices=2, memory=1 << 30) as session:
+        folder = session.ledger.machine.folder  # the emulated machine's: its children share it
+        assert os.environ[VARIABLE] == f"2:{1 << 30}:{folder}"
+        assert child_environment() == {VARIABLE: f"2:{1 << 30}:{folder}"}
         assert parse(os.environ[VARIABLE]) == (2, 1 << 30)
     assert VARIABLE not in os.environ
     assert child_environment() == {}
@@ -219,3 +222,34 @@ def test_a_non_leaf_that_requires_grad_is_refused_as_cuda_refuses_it() -> None:
         p = torch.nn.Parameter(torch.ones(2, device="cuda"))
         assert isinstance(ForkingPickler.loads(ForkingPickler.dumps(p)), torch.nn.Parameter)
         del x, back, p
+
+
+@pytest.mark.slow
+def test_torchrun_s_workers_emulate_from_the_variable_and_share_gpu_memory(
+    child_python: Path, tmp_path: Path
+) -> None:
+    """Real ``torchrun`` (``torch.distributed.run``, as its script runs it) with the variable
+    set and nothing else: its workers emulate, and they are one machine, so two ranks
+    without ``set_device`` pile onto GPU 0 and rank 0 alone runs out of memory there
+    (tests/data/rank0_oom.py), while each allocator counts only its own process's memory;
+    with ``set_device`` the same steps fit on both."""
+    done = subprocess.run(
+        [
+            str(child_python),
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(RANK0_OOM),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+        cwd=str(tmp_path),
+        env=_env(**{VARIABLE: f"2:{64 << 20}"}),
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert_rank0_alone_out_of_memory(tmp_path)

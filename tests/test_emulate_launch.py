@@ -12,6 +12,10 @@ import pytest
 
 pytest.importorskip("torch")
 
+from _machine import RANK0_OOM, assert_rank0_alone_out_of_memory
+
+from torchdevmagic.emulate.fronts.children import VARIABLE
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TRAIN = """\
@@ -95,3 +99,32 @@ def test_nproc_per_node_usage_errors(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "--nproc-per-node runs a script, not a notebook" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_ranks_are_one_machine_rank_0_alone_runs_out_of_gpu_0(tmp_path: Path) -> None:
+    """Two ranks without ``set_device`` fill GPU 0 together (tests/data/rank0_oom.py): rank 0
+    alone runs out of memory, each rank's allocator counting its own; with it both fit."""
+    full_env = {k: v for k, v in os.environ.items() if k != VARIABLE}
+    full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchdevmagic.emulate",
+            "--nproc-per-node",
+            "2",
+            "--memory",
+            "0.0625",
+            str(RANK0_OOM),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert_rank0_alone_out_of_memory(tmp_path)

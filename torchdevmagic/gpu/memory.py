@@ -118,6 +118,12 @@ class GpuBackend:
         event = getattr(getattr(torch, "cuda", None), "Event", None)
         return torch is not None and bool(getattr(event, "emulated", False))
 
+    def device_use(self, index: int) -> tuple[int, int]:
+        """(used, total) bytes of an emulated GPU, every process's use of it (what NVML says
+        of a real one): ``mem_get_info``, which the emulator answers from its machine."""
+        free, total = self.torch.cuda.mem_get_info(index)
+        return int(total) - int(free), int(total)
+
     def allocator(self, index: int) -> tuple[int, int, int]:
         """(allocated, reserved, peak allocated) bytes from torch's caching allocator."""
         cuda = self.torch.cuda
@@ -282,8 +288,9 @@ def _cuda_record(  # noqa: PLR0917 - private helper, one call site
             )
         if context.order_note:
             notes.append(context.order_note)
-    elif context.emulated:
-        pass  # no NVML device to expect, nothing missing
+    elif context.emulated:  # no NVML device: the emulated machine's own figures
+        use = _attempt(lambda: backend.device_use(index), notes, "device memory")
+        used, total = use if use is not None else (None, None)
     elif context.nvml_reason:
         notes.append(context.nvml_reason)
     elif torch_uuid:

@@ -10,17 +10,24 @@ the emulated tensors whose CPU tensor holds a ``.grad``, ~ms) and before an allo
 refused. Beyond the capacity the allocation fails with CUDA's own out-of-memory message.
 Reserved memory is the allocated figure rounded up to the caching allocator's 2 MiB blocks,
 and never less than the peak since ``empty_cache``.
+
+These figures are this process's, as a caching allocator's are. The device is the machine's
+(``cuda/machine.py``): where reserved memory must grow (a real allocator asks the driver for
+a block there), where ``mem_get_info`` is read and in an out-of-memory message, the other
+processes' memory on the device counts too.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import weakref
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from torchdevmagic.emulate.core.tensor import EmulatedTensor
+from torchdevmagic.emulate.cuda.machine import Machine
 
 _BLOCK = 2 << 20
 
@@ -104,8 +111,10 @@ def forget(storage: Any) -> None:
 class Ledger:
     """Allocated/peak/reserved bytes per emulated device."""
 
-    def __init__(self, count: int, capacity: int) -> None:
+    def __init__(self, count: int, capacity: int, machine: Optional[Machine] = None) -> None:
         self.capacity = capacity
+        self.machine = machine  # the other processes on these devices (None: none)
+        self.others = [0] * count  # their bytes on each device, as last read
         settle()
         _BYTES.extend([0] * (count - len(_BYTES)))
         self.bound = _BYTES  # bytes of the registered storages (gradients come on top)
@@ -141,6 +150,7 @@ class Ledger:
         for i, total in enumerate(totals):
             self.peak[i] = max(self.peak[i], total)
             self.reserved[i] = max(self.reserved[i], _blocks(total))
+        self.publish()
         return totals
 
     def allocated(self, index: int) -> int:
@@ -161,16 +171,24 @@ class Ledger:
         if _DEAD or _STALE[0]:
             settle()
         bound = _BYTES
-        if bound[index] + nbytes > self.capacity:
+        total = bound[index] + nbytes
+        if total > self.capacity or (total > self.reserved[index] and self.taken(index, total)):
             error = self.refusal(device, nbytes, storage)
             if error is not None:
                 raise error
+            total = bound[index] + nbytes
         _REFS[ref] = nbytes << _INDEX_BITS | index
-        total = bound[index] = bound[index] + nbytes
-        if total > self.peak[index]:
+        bound[index] = total
+        if total > self.reserved[index]:  # a new block: the device gave it
+            self.grow(index, total)
+        elif total > self.peak[index]:
             self.peak[index] = total
-            if total > self.reserved[index]:
-                self.reserved[index] = _blocks(total)
+
+    def grow(self, index: int, total: int) -> None:
+        """This process holds ``total`` bytes on device ``index``, past what it reserved."""
+        self.peak[index] = max(self.peak[index], total)
+        self.reserved[index] = _blocks(total)
+        self.publish()
 
     def fits(self, device: torch.device, nbytes: int) -> None:
         """Before ``nbytes`` are allocated on ``device``: fail as CUDA would if they do not
@@ -178,42 +196,104 @@ class Ledger:
         __tracebackhide__ = True  # IPython and pytest show the caller
         if _DEAD or _STALE[0]:
             settle()
-        if _BYTES[device.index or 0] + nbytes > self.capacity:
+        index = device.index or 0
+        total = _BYTES[index] + nbytes
+        if total > self.capacity or (total > self.reserved[index] and self.taken(index, total)):
             error = self.refusal(device, nbytes)
             if error is not None:
                 raise error
 
     def room(self, device: torch.device) -> int:
-        """Bytes free on ``device`` by the registered storages' count (gradients aside)."""
+        """Bytes free on ``device`` by the registered storages' count (gradients aside) and
+        the other processes' as last read."""
         settle()
-        return self.capacity - _BYTES[device.index or 0]
+        index = device.index or 0
+        return self.capacity - _BYTES[index] - self.others[index]
+
+    def publish(self) -> None:
+        """Tell the machine's other processes what this one holds now."""
+        if self.machine is not None:
+            self.machine.publish(self.reserved)
+
+    def processes(self, index: int) -> list[tuple[int, int]]:
+        """(pid, bytes) of every process of the machine holding memory on device ``index``,
+        this one included, by pid; read now (the others' figures are kept for ``room``)."""
+        others = self.machine.others() if self.machine is not None else []
+        seen = [0] * len(self.others)
+        found = []
+        for pid, held in others:
+            for i, n in enumerate(held[: len(seen)]):
+                seen[i] += n
+            if index < len(held) and held[index]:
+                found.append((pid, held[index]))
+        self.others = seen
+        found.append((os.getpid(), min(self.reserved[index], self.capacity)))
+        return sorted(found)
+
+    def taken(self, index: int, total: int) -> bool:
+        """Whether ``total`` bytes of this process's do not fit on device ``index`` beside the
+        other processes' (read now: this process's reserved memory must grow)."""
+        if self.machine is None:
+            return False
+        self.processes(index)
+        return total + self.others[index] > self.capacity
+
+    def device_used(self, index: int) -> int:
+        """Bytes every process of the machine holds on device ``index`` (what NVML and
+        ``mem_get_info`` see on a GPU)."""
+        self.exact()
+        return sum(n for _, n in self.processes(index))
 
     def refusal(self, device: torch.device, nbytes: int, pending: Any = None) -> Any:
         """CUDA's out-of-memory error if ``nbytes`` more do not fit on ``device``, else None."""
         index = device.index or 0
         gc.collect()  # what only a reference cycle keeps goes first, as Python would
         allocated = self.exact(pending)[index]
-        if allocated + nbytes <= self.capacity:
+        self.processes(index)
+        if allocated + nbytes + self.others[index] <= self.capacity:
             return None
         # CUDA's caching allocator frees its unused cached blocks and retries before it gives
         # up: what stays reserved is the blocks in use.
         self.reserved[index] = _blocks(allocated)
-        return out_of_memory(index, nbytes, allocated, self.capacity, self.reserved[index])
+        self.publish()
+        processes = self.processes(index)
+        reserved = self.reserved[index]
+        return out_of_memory(index, nbytes, allocated, self.capacity, reserved, processes=processes)
 
     def reset_peak(self, index: int) -> None:
         self.peak[index] = self.exact()[index]
 
     def empty_cache(self) -> None:
         self.reserved = [_blocks(t) for t in self.exact()]
+        self.publish()
 
 
-def out_of_memory(index: int, size: int, allocated: int, capacity: int, reserved: int) -> Any:
-    free = max(capacity - reserved, 0)  # the device's free memory: what nothing reserves
+def out_of_memory(
+    index: int,
+    size: int,
+    allocated: int,
+    capacity: int,
+    reserved: int,
+    *,
+    processes: Optional[list[tuple[int, int]]] = None,
+) -> Any:
+    """CUDA's out-of-memory error. ``processes``: (pid, bytes in use) of each process on the
+    device, this one included, as NVML lists them (``reportProcessMemoryInfo`` in c10's
+    CUDACachingAllocator.cpp); the device's free memory is what none of them holds."""
+    me = os.getpid()
+    if processes is None:
+        processes = [(me, min(reserved, capacity))]
+    free = max(capacity - sum(n for _, n in processes), 0)
     unallocated = max(reserved - allocated, 0)
+    in_use = "".join(
+        ("Including non-PyTorch memory, this process" if pid == me else f"Process {pid}")
+        + f" has {format_size(n)} memory in use. "
+        for pid, n in processes
+    )
     text = (
         f"CUDA out of memory. Tried to allocate {format_size(size)}. GPU {index} has a total "
-        f"capacity of {format_size(capacity)} of which {format_size(free)} is free. Of the "
-        f"allocated memory {format_size(allocated)} is allocated by PyTorch, and "
+        f"capacity of {format_size(capacity)} of which {format_size(free)} is free. {in_use}Of "
+        f"the allocated memory {format_size(allocated)} is allocated by PyTorch, and "
         f"{format_size(unallocated)} is reserved by PyTorch but unallocated. If reserved but "
         "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
         "True to avoid fragmentation.  See documentation for Memory Management  "

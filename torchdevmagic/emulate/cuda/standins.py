@@ -288,9 +288,10 @@ class CudaStandIns:
         self.reset_peak_memory_stats(device)
 
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        """(free, total) of the device: free is what no process of the machine holds."""
         index = self.index(device)
-        self.ledger.exact()
-        return (max(self.ledger.capacity - self.ledger.reserved[index], 0), self.ledger.capacity)
+        capacity = self.ledger.capacity
+        return (max(capacity - self.ledger.device_used(index), 0), capacity)
 
     def empty_cache(self) -> None:
         self.ledger.empty_cache()

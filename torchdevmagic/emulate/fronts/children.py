@@ -1,13 +1,17 @@
 """What a child process needs to emulate the parent's GPUs: one environment variable.
 
-``start()`` sets ``TORCHDEVMAGIC_EMULATE_CUDA`` to ``"<devices>:<bytes per device>"`` in the
-process environment and ``stop()`` puts back what was there, so every process started
+``start()`` sets ``TORCHDEVMAGIC_EMULATE_CUDA`` to ``"<devices>:<bytes per device>:<folder>"``
+in the process environment and ``stop()`` puts back what was there, so every process started
 meanwhile inherits it: ``spawn`` and ``forkserver`` children of ``multiprocessing`` and
 ``torch.multiprocessing``, a ``spawn`` DataLoader's workers, ``torchrun``'s workers, a
 ``subprocess``. In a child, the ``torchdevmagic-emulate.pth`` file the package installs
 (``emulate/startup.py``) starts the same emulation when the child imports torch, as a GPU
 machine's children find its GPUs. A launcher that builds its children's environment itself
-passes :func:`child_environment`. Imports no torch: the ``.pth`` reads this module at every
+passes :func:`child_environment`. The folder is the emulated machine's (``cuda/machine.py``):
+the processes started under one emulation share its GPUs' memory, as the processes of a GPU
+machine do. A value without one (``2``, or ``2:<bytes>``, as a user sets it before
+``torchrun``) makes the first process that emulates with it the machine, whose children
+(``torchrun``'s workers) get its folder. Imports no torch: the ``.pth`` reads this module at every
 interpreter start where the variable is set.
 """
 
@@ -25,15 +29,23 @@ NOT_INSTALLED = (
 )
 
 
-def encode(devices: int, memory: int) -> str:
-    """The variable's value for ``devices`` emulated GPUs of ``memory`` bytes each."""
-    return f"{devices}:{memory}"
+def encode(devices: int, memory: int, folder: str = "") -> str:
+    """The variable's value for ``devices`` emulated GPUs of ``memory`` bytes each, on the
+    machine whose folder is ``folder``."""
+    return f"{devices}:{memory}:{folder}" if folder else f"{devices}:{memory}"
+
+
+def machine_folder(value: str) -> str:
+    """The machine's folder the variable's value names ("" for none)."""
+    parts = value.strip().split(":", 2)
+    return parts[2] if len(parts) == 3 else ""
 
 
 def parse(value: str) -> tuple[int, Optional[int]]:
-    """``"<devices>"`` or ``"<devices>:<bytes per device>"`` -> (devices, bytes or None);
-    ``ValueError`` naming the variable for anything else."""
+    """``"<devices>"``, ``"<devices>:<bytes per device>"`` or that and ``":<folder>"`` ->
+    (devices, bytes or None); ``ValueError`` naming the variable for anything else."""
     devices, _, memory = value.strip().partition(":")
+    memory = memory.partition(":")[0]
     try:
         count = int(devices)
         nbytes = int(memory) if memory else None

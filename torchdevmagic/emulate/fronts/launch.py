@@ -6,7 +6,9 @@ local agent gives its workers (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTE
 ``MASTER_PORT`` and the rest, from ``torch/distributed/elastic/agent/server``), so
 ``init_process_group("nccl")`` with the default ``env://`` finds its peers. As torchrun does,
 ``OMP_NUM_THREADS`` is 1 unless set, and when a worker fails the others are stopped; the
-exit status is that worker's.
+exit status is that worker's. The workers are one emulated machine (``cuda/machine.py``):
+the launcher makes its folder and names it in the variable children read, so what rank 1
+puts on ``cuda:0`` counts against rank 0's device.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+
+from torchdevmagic.emulate.cuda import machine
+from torchdevmagic.emulate.fronts import children
 
 
 def worker_environment(rank: int, nproc: int, port: int) -> dict[str, str]:
@@ -54,14 +59,17 @@ def launch(script: str, script_args: Sequence[str], nproc: int, devices: int, me
     base = dict(os.environ)
     if nproc > 1:
         base.setdefault("OMP_NUM_THREADS", "1")
+    folder = machine.new_folder()
+    # each worker's start() (command.run_script: the same bytes) joins this machine
+    base[children.VARIABLE] = children.encode(devices, int(memory * (1 << 30)), folder)
     command = [sys.executable, "-m", "torchdevmagic.emulate", "--devices", str(devices)]
     command += ["--memory", repr(memory), script, *script_args]
-    workers = [
-        subprocess.Popen(command, env={**base, **worker_environment(rank, nproc, port)})
-        for rank in range(nproc)
-    ]
+    workers: list[subprocess.Popen[bytes]] = []
     failed: tuple[int, int] | None = None
     try:
+        for rank in range(nproc):
+            env = {**base, **worker_environment(rank, nproc, port)}
+            workers.append(subprocess.Popen(command, env=env))
         while failed is None and any(w.poll() is None for w in workers):
             for rank, w in enumerate(workers):
                 if w.returncode not in (None, 0):
@@ -76,6 +84,7 @@ def launch(script: str, script_args: Sequence[str], nproc: int, devices: int, me
                 w.terminate()
         for w in workers:
             w.wait()
+        machine.remove_folder(folder)
     if failed is not None:
         rank, code = failed
         print(f"torchdevmagic: rank {rank} of {nproc} failed (exit status {code})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -29,6 +30,7 @@ from torchdevmagic.emulate.cuda import ddp as _ddp
 from torchdevmagic.emulate.cuda import distributed as _distributed_emulation
 from torchdevmagic.emulate.cuda import legacy as _legacy
 from torchdevmagic.emulate.cuda import loader as _loader
+from torchdevmagic.emulate.cuda import machine as _machine_module
 from torchdevmagic.emulate.cuda import parallel as _parallel
 from torchdevmagic.emulate.cuda import patches as _patches
 from torchdevmagic.emulate.cuda import pinned as _pinned
@@ -36,6 +38,7 @@ from torchdevmagic.emulate.cuda import placement as _placement
 from torchdevmagic.emulate.cuda import random as _random
 from torchdevmagic.emulate.cuda.autocast import Regions
 from torchdevmagic.emulate.cuda.devices import Devices
+from torchdevmagic.emulate.cuda.machine import Machine
 from torchdevmagic.emulate.cuda.memory import Ledger
 from torchdevmagic.emulate.cuda.placement import PlacementMode, range_standin, swap_standin
 from torchdevmagic.emulate.cuda.standins import MEMORY_NAMES, CudaStandIns
@@ -110,13 +113,19 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
         raise EmulationUnsupported(
             "a real CUDA GPU is available here: CUDA emulation is for machines without one"
         )
+    folder, own = _machine(devices, memory)
+    machine = Machine(folder, devices, memory)
     count = Devices(devices)
-    ledger = Ledger(devices, memory)
+    ledger = Ledger(devices, memory, machine)
     cuda = CudaStandIns(count, ledger)
     session = Session(count, ledger, cuda, PlacementMode(count), _patches.Patcher())
+    if own:
+        atexit.register(_machine_module.remove_folder, folder)
+        session.patcher.call(lambda: _leave_machine(folder))
+    session.patcher.call(machine.close)
     try:
         _apply(session)
-        _environment(session.patcher, _children.encode(devices, memory))
+        _environment(session.patcher, _children.encode(devices, memory, folder))
         _placement.enter(session.mode)
         session.patcher.call(lambda: _placement.leave(session.mode))
     except BaseException:
@@ -132,6 +141,26 @@ def start_inherited(devices: int, memory: Optional[int]) -> Session:
     session = start(devices, DEFAULT_CAPACITY if memory is None else memory)
     session.inherited = True
     return session
+
+
+def _machine(devices: int, memory: int) -> tuple[str, bool]:
+    """The folder of the emulated machine this session runs on, and whether it is this
+    session's own: the one the variable names where this process was started under an
+    emulation of the same GPUs (its children share their devices' memory), else a new one."""
+    value = os.environ.get(_children.VARIABLE, "")
+    folder = _children.machine_folder(value)
+    try:
+        same = _children.parse(value) == (devices, memory)
+    except ValueError:
+        same = False
+    if same and folder and os.path.isdir(folder):
+        return folder, False
+    return _machine_module.new_folder(), True
+
+
+def _leave_machine(folder: str) -> None:
+    atexit.unregister(_machine_module.remove_folder)
+    _machine_module.remove_folder(folder)
 
 
 def _environment(p: _patches.Patcher, value: str) -> None:
