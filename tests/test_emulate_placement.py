@@ -572,3 +572,43 @@ def test_new_tensor_of_a_tensor_goes_to_this_torch_s_device(gpus):
     assert b.dtype == torch.float32 and b.tolist() == [0.0, 0.0]
     assert c.dtype == torch.int32 and c.device == a.device
     assert r.requires_grad and r.is_leaf
+
+
+def _options_refusal(make: Any, other: Any) -> str:
+    """torch's own refusal of a legacy constructor given a tensor of another type, on the
+    devices a CPU build has (``meta`` stands for the one ``make`` expects)."""
+    with pytest.raises(TypeError) as info:
+        make(other)
+    return str(info.value)
+
+
+def test_a_legacy_constructor_given_a_tensor_aliases_or_refuses_as_on_a_gpu(gpus):
+    """``x.new(t)`` and ``torch.cuda.FloatTensor(t)`` alias ``t`` when it has the device type
+    and dtype they make, and refuse it otherwise with torch's words for this call's devices
+    (they named ``meta``, the wrapper's C++ device; ``torch.cuda.FloatTensor(cpu_tensor)``
+    was accepted, and copied a GPU tensor it should alias)."""
+    meta = torch.empty(0, device="meta")
+    words = _options_refusal(meta.new, torch.zeros(1))  # expected meta, got cpu
+    ns = run(
+        gpus,
+        "x = torch.ones(2, device='cuda:1')\nc = torch.zeros(2)\n"
+        "a = x.new(torch.ones(3, device='cuda:0'))\nb = torch.cuda.FloatTensor(x)\nb += 1",
+    )
+    assert ns["a"].device == torch.device("cuda", 0) and ns["a"].tolist() == [1.0] * 3
+    assert ns["x"].tolist() == [2.0, 2.0]  # b is x's memory
+    for line, expected, got in (
+        ("x.new(c)", "cuda", "cpu"),
+        ("c.new(x)", "cpu", "cuda:1"),
+        ("torch.cuda.FloatTensor(c)", "cuda", "cpu"),
+    ):
+        err = gpus.run_cell(line).error_in_exec
+        assert type(err) is TypeError, line
+        want = words.replace("device=meta", f"device={expected}", 1)
+        want = want.replace(
+            "(got TensorOptions(dtype=float, device=cpu",
+            f"(got TensorOptions(dtype=float, device={got}",
+        )
+        assert str(err) == want, line
+    err = gpus.run_cell("torch.cuda.FloatTensor(x.double())").error_in_exec
+    assert type(err) is TypeError and "dtype=double, device=cuda:1" in str(err)
+    assert str(err).startswith("expected TensorOptions(dtype=float, device=cuda,")

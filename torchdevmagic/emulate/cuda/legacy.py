@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from torchdevmagic.emulate.core.moves import to_device
-from torchdevmagic.emulate.core.tensor import EmulatedTensor, inner_of
+from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, inner_of
 from torchdevmagic.emulate.cuda.devices import Devices
 
 _TensorType: Any = type(torch.FloatTensor)  # torch.tensortype, the legacy types' metaclass
@@ -53,10 +53,30 @@ class LegacyCudaType(type):
             return torch.empty(args[0], dtype=cls.dtype, device=target)
         if not kwargs and len(args) == 1 and isinstance(args[0], (list, tuple)):
             return torch.tensor(args[0], dtype=cls.dtype, device=target)
-        # a tensor, a storage: the CPU type's own reading, then onto the GPU
+        if not kwargs and len(args) == 1 and isinstance(args[0], torch.Tensor):
+            return cls._of_tensor(args[0])
+        # a storage: the CPU type's own reading, then onto the GPU
         with torch._C.DisableTorchFunction():
             made = cls.cpu_type(*[inner_of(a) for a in args], **kwargs)
         return to_device(made, target)
+
+    def _of_tensor(cls, other: Any) -> Any:
+        """``torch.cuda.FloatTensor(t)``: an alias of ``t`` if it is a CUDA tensor of this
+        dtype, else torch's refusal (``legacy_tensor_generic_ctor_new``), made by the CPU type
+        on stand-ins and given this call's devices: a CUDA type expects ``device=cuda``."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        if type(other) is EmulatedTensor and other.dtype == cls.dtype:
+            return other.view_as(other)  # other.alias(): the same memory
+        stand_in = torch.empty(0, dtype=other.dtype, device="meta")
+        with torch._C.DisableTorchFunction():
+            try:
+                cls.cpu_type(stand_in)
+            except TypeError as exc:
+                expected, _, got = str(exc).partition(" (got ")
+            else:  # (a CPU type refuses a meta tensor: never here)
+                raise AssertionError(cls)
+        got = got.replace("device=meta", f"device={device_of(other)}")
+        raise TypeError(f"{expected.replace('device=cpu', 'device=cuda')} (got {got}")
 
     def __instancecheck__(cls, obj: Any) -> bool:
         return type(obj) is EmulatedTensor and obj.dtype == cls.dtype

@@ -59,6 +59,7 @@ class PlacementMode(TorchFunctionMode):
             torch.Tensor.type: self._type,
             torch.Tensor.type_as: self._type_as,
             torch.Tensor.new_tensor: self._new_tensor,
+            torch.Tensor.new: self._legacy_new,
             torch.tensor: self._from_data,
             torch.as_tensor: self._from_data,
             torch.asarray: self._from_data,
@@ -228,6 +229,35 @@ class PlacementMode(TorchFunctionMode):
         if target.type != "cuda":
             return out
         return wrap(out, self.devices.resolve(target) or target)
+
+    def _legacy_new(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``x.new(other)`` aliases ``other`` if it has ``x``'s device type and dtype, and
+        refuses it otherwise. The refusal is torch's own, made on stand-ins (``meta`` for an
+        emulated tensor), its words given this call's devices: C++ would name the
+        wrapper's ``meta``."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        x = args[0]
+        other = args[1] if len(args) == 2 and not kwargs else None
+        if not isinstance(other, torch.Tensor) or (
+            type(x) is not EmulatedTensor and type(other) is not EmulatedTensor
+        ):
+            return self._route(func, args, kwargs)
+
+        def stand_in(t: Any) -> Any:
+            return torch.empty(
+                0, dtype=t.dtype, device="meta" if type(t) is EmulatedTensor else "cpu"
+            )
+
+        with torch._C.DisableTorchFunction():
+            try:
+                torch.Tensor.new(stand_in(x), stand_in(other))
+            except TypeError as exc:
+                expected, _, got = str(exc).partition(" (got ")
+            else:
+                return self._route(func, args, kwargs)  # the same type: an alias of other
+        expected = expected.replace("device=meta", f"device={device_of(x).type}")
+        got = got.replace("device=meta", f"device={device_of(other)}")
+        raise TypeError(f"{expected} (got {got}")
 
     def _type_as(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         """``x.type_as(other)``: ``x.to(other.options())`` in C++, so ``other``'s device and
