@@ -67,6 +67,8 @@ class Preset:
     cpu_args: tuple[str, ...]
     emulated_args: tuple[str, ...]
     families: tuple[Family, ...] = field(default_factory=tuple)
+    cwd: str = ""  # where pytest runs, inside the checkout (paths are relative to it)
+    pythonpath: tuple[str, ...] = ()  # checkout folders put on PYTHONPATH (a src/ layout)
 
 
 PRESETS = {
@@ -117,15 +119,64 @@ PRESETS = {
     ),
 }
 
+
+# Suites that pick the GPU themselves: their tests use CUDA when ``torch.cuda.is_available()``
+# says so (a device chosen at run time, a list of devices, ``skipif(not
+# torch.cuda.is_available())``, or a ``["cpu", "cuda"]`` parametrisation skipped without a GPU),
+# so both sides run the same command and the emulated side differs only by --emulate-cuda.
+PRESETS["torchdiffeq"] = Preset(
+    # unittest classes; each test loops over ``DEVICES`` (``cuda`` added when available) in
+    # ``subTest``s: every subtest is a record, and the CPU's device='cpu' subtest is matched
+    # with the emulated run's device='cuda' one. The tests that take minutes each on a 2-core
+    # machine are left out (gradcheck of every solver in gradient_tests.py and
+    # TestCollectionState.test_gradient, TestSolverError.test_odeint, TestScipySolvers,
+    # TestDiscontinuities.test_odeint_jump_t: 2 to 9 minutes each on the CPU alone); name
+    # them with --paths.
+    paths=(
+        "tests/api_tests.py::TestCollectionState::test_forward",
+        "tests/odeint_tests.py::TestSolverError::test_adjoint",
+        "tests/odeint_tests.py::TestNoIntegration",
+        "tests/odeint_tests.py::TestDiscontinuities::test_odeint_perturb",
+        "tests/odeint_tests.py::TestGridConstructor",
+        "tests/odeint_tests.py::TestMinMaxStep",
+        "tests/odeint_tests.py::TestCallbacks",
+    ),
+    cpu_args=(),
+    emulated_args=(),
+)
+PRESETS["torchmetrics"] = Preset(
+    # run from tests/ (its tests import ``unittests``), torchmetrics itself from src/; a
+    # metric's tests move it and its inputs to ``"cuda"`` when a GPU is there, its
+    # ``[cpu]``/``[cuda]`` parametrisations skip ``cuda`` without one, and its GPU-only tests
+    # (half precision on the GPU, moving metric states) are ``skipif`` without one.
+    paths=(
+        "unittests/bases/test_metric.py",
+        "unittests/bases/test_collections.py",
+        "unittests/bases/test_saving_loading.py",
+        "unittests/classification/test_accuracy.py",
+        "unittests/classification/test_confusion_matrix.py",
+        "unittests/regression",
+    ),
+    cpu_args=(),
+    emulated_args=(),
+    cwd="tests",
+    pythonpath=("src",),
+)
+
 # -- the reporter, loaded into each pytest run with -p ----------------------------------------
 REPORTER = r"""
-import json, os, re, sys, zlib
+import json, os, re, sys, time, zlib
 import pytest
 
 _OUT = open(os.environ["FIDELITY_OUT"], "a", encoding="utf-8")
 _STATE = {}
+_LAST = {}
 _SAMPLE = int(os.environ.get("FIDELITY_SAMPLE", "1"))
-_DEVICE = re.compile(r"(?<=[\[-])(cpu|cuda(?::\d+)?)(?=[\]-])")
+_DEVICE = re.compile(
+    r"(?<=[\[-])(cpu|cuda(?::\d+)?)(?=[\]-])"
+    r"|(?<=device=')(cpu|cuda(?::\d+)?)(?=')"
+    r"|(?<=device=)(cpu|cuda(?::\d+)?)(?=[,\]])"
+)
 
 
 @pytest.hookimpl(trylast=True)
@@ -144,6 +195,10 @@ def _made():
     return None if session is None else session.ledger.made
 
 
+def _grew(before, after):
+    return before is not None and after is not None and after > before
+
+
 def _frame(excinfo):
     for entry in reversed(excinfo.traceback):
         path = str(entry.path)
@@ -152,45 +207,100 @@ def _frame(excinfo):
     return ""
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    _STATE[item.nodeid] = {"id": item.nodeid, "outcome": "passed", "before": _made()}
-    yield
-    rec = _STATE.pop(item.nodeid)
-    before, after = rec.pop("before"), _made()
-    rec["gpu"] = before is not None and after is not None and after > before
+def _write(rec):
     _OUT.write(json.dumps(rec) + "\n")
     _OUT.flush()
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    made = _made()
+    _STATE[item.nodeid] = {"id": item.nodeid, "outcome": "passed", "before": made, "sub": made}
+    start = time.monotonic()
+    yield
+    rec = _STATE.pop(item.nodeid)
+    rec["s"] = round(time.monotonic() - start, 2)
+    _LAST.pop(item.nodeid, None)
+    rec["gpu"] = _grew(rec.pop("before"), _made())
+    rec.pop("sub")
+    _write(rec)
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    rec = _STATE.get(item.nodeid)
+    # The exception of every report, a subtest's too: the report that logreport receives
+    # next (a test's phase, or a subtest made from this report) takes it from here.
+    yield
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if exc is None:
+        _LAST[item.nodeid] = {}
+    else:
+        info = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+        info["frame"] = _frame(call.excinfo)
+        _LAST[item.nodeid] = info
+
+
+def _outcome(rep):
+    if hasattr(rep, "wasxfail"):
+        return "xpassed" if rep.passed else "xfailed"
+    return "failed" if rep.failed else "skipped" if rep.skipped else "passed"
+
+
+def _reason(rep):
+    longrepr = rep.longrepr
+    return str(longrepr[2] if isinstance(longrepr, tuple) else longrepr)[:300]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):
+    rec = _STATE.get(report.nodeid)
     if rec is None:
         return
-    if hasattr(rep, "wasxfail"):
-        rec["outcome"] = "xpassed" if rep.passed else "xfailed"
-    elif rep.skipped and rec["outcome"] == "passed":
+    info = _LAST.get(report.nodeid) or {}
+    context = getattr(report, "context", None)
+    if context is not None and hasattr(context, "kwargs"):  # a subtest: a record of its own
+        if report.when != "call":
+            return
+        words = [repr(context.msg)] if context.msg is not None else []
+        # unittest's subTest parameters come as their reprs already, the subtests fixture's raw
+        words += [f"{k}={v if isinstance(v, str) else repr(v)}" for k, v in context.kwargs.items()]
+        made = _made()
+        sub = {"id": f"{report.nodeid} [{', '.join(words)}]", "outcome": _outcome(report)}
+        sub["parent"], sub["gpu"] = report.nodeid, _grew(rec["sub"], made)
+        rec["sub"] = made
+        rec["subtests"] = rec.get("subtests", 0) + 1
+        if sub["outcome"] == "failed":
+            sub.update(info)
+        elif sub["outcome"] == "skipped":
+            sub["reason"] = _reason(report)
+        _write(sub)
+        return
+    outcome = _outcome(report)
+    if outcome in ("xpassed", "xfailed"):
+        rec["outcome"] = outcome
+    elif outcome == "skipped" and rec["outcome"] == "passed":
         rec["outcome"] = "skipped"
-        longrepr = rep.longrepr
-        rec["reason"] = str(longrepr[2] if isinstance(longrepr, tuple) else longrepr)[:300]
-    elif rep.failed and rec["outcome"] != "failed":
+        rec["reason"] = _reason(report)
+    elif outcome == "failed" and rec["outcome"] != "failed":
         rec["outcome"] = "failed"
-        exc = call.excinfo.value if call.excinfo is not None else None
-        if exc is not None:
-            rec["type"] = type(exc).__name__
-            rec["message"] = str(exc)[:2000]
-            rec["frame"] = _frame(call.excinfo)
+        rec.update(info)
 """
 
-_DEVICE = re.compile(r"(?<=[\[-])(cpu|cuda(?::\d+)?)(?=[\]-])")
+_DEVICE = re.compile(
+    r"(?<=[\[-])(cpu|cuda(?::\d+)?)(?=[\]-])"
+    r"|(?<=device=')(cpu|cuda(?::\d+)?)(?=')"
+    r"|(?<=device=)(cpu|cuda(?::\d+)?)(?=[,\]])"
+)
 
 
 def sampled(key: str, sample: int) -> bool:
     """In the deterministic 1/``sample`` of the tests (as the reporter chooses them)."""
     return zlib.crc32(key.encode()) % sample == 0
+
+
+def _test_key(rec: dict[str, Any]) -> str:
+    """The match key of the pytest item a record belongs to (a subtest's: its test's)."""
+    return match_key(rec.get("parent", rec["id"]))
 
 
 def match_key(nodeid: str) -> str:
@@ -245,14 +355,17 @@ def run_side(
     timeout: int,
     emulator: Path,
     sample: int,
+    pythonpath: tuple[str, ...] = (),
 ) -> float:
+    """One side's pytest run in ``checkout`` (the folder the suite runs from), its records
+    written to ``out``; ``pythonpath``: folders put after the emulator on ``PYTHONPATH``."""
     out.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "_fidelity_report.py").write_text(REPORTER)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([tmp, str(emulator), env.get("PYTHONPATH", "")]).strip(
-            os.pathsep
-        )
+        env["PYTHONPATH"] = os.pathsep.join(
+            [tmp, str(emulator), *pythonpath, env.get("PYTHONPATH", "")]
+        ).strip(os.pathsep)
         env["FIDELITY_OUT"] = str(out)
         env["FIDELITY_SAMPLE"] = str(sample)
         cmd = ["nice", "-n", "10", python, "-m", "pytest", "-p", "_fidelity_report"]
@@ -273,12 +386,59 @@ def run_side(
         return took
 
 
-def load(path: Path) -> dict[str, dict[str, Any]]:
+def load(path: Path, device: str) -> dict[str, dict[str, Any]]:
+    """A run's records by match key. A test with subtests counts as its subtests (the test's
+    own record is kept where it failed outside them). Where two records share a key (a
+    ``["cpu", "cuda"]`` parametrisation, a loop over devices), the one naming ``device``
+    (this side's) is kept."""
     records: dict[str, dict[str, Any]] = {}
     for line in path.read_text().splitlines():
         rec = json.loads(line)
-        records[match_key(rec["id"])] = rec
+        if rec.get("subtests") and rec["outcome"] != "failed":
+            continue
+        key = match_key(rec["id"])
+        old = records.get(key)
+        if old is None or (device in _named(rec["id"]) and device not in _named(old["id"])):
+            records[key] = rec
     return records
+
+
+def _named(nodeid: str) -> set[str]:
+    """The device types an id names in its parametrisation."""
+    return {m.group().split(":")[0] for m in _DEVICE.finditer(nodeid)}
+
+
+def print_causes(
+    emu: dict[str, dict[str, Any]],
+    failing: list[str],
+    *,
+    gpu_only_failed: list[str],
+    cpu_pass: set[str],
+    preset: Preset,
+    repro: str,
+    checkout: Path,
+) -> None:
+    """The failures grouped by cause, biggest first, each with one reproduction."""
+    groups: dict[tuple[bool, str, str], list[str]] = defaultdict(list)
+    for k in failing + gpu_only_failed:
+        fam = family_of(emu[k], preset.families, checkout)
+        groups[(k in cpu_pass, fam.name if fam else "", cause(emu[k]))].append(k)
+    print("\nfailures where the CPU passes or skips, by cause (biggest first):")
+    for (compared, _, key), members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        rec = emu[members[0]]
+        fam = family_of(rec, preset.families, checkout)
+        label = "GPU bug" if fam and fam.gpu_bug else "false alarm"
+        if fam and fam.likely_real:
+            label = "false alarm, likely real"
+        if not compared:
+            label = ("GPU bug" if fam and fam.gpu_bug else "failed") + " (GPU-only test)"
+        if fam and fam.owner:
+            label += f" [{fam.owner}]"
+        print(f"\n{len(members):5d}  {label}: {fam.name if fam else 'unclassified'}")
+        print(f"       {key}")
+        if rec.get("frame"):
+            print(f"       at {rec['frame']}")
+        print(f"       repro: {repro} {shlex.quote(rec['id'])}")
 
 
 def report(
@@ -314,6 +474,16 @@ def report(
     rest = 100.0 * (len(alarms) - len(likely)) / max(1, len(cpu_pass))
     print(f"  of which likely real, unconfirmed {len(likely)}  (the others: {rest:.2f}%)")
     print(f"GPU bugs found (known families)    {len(gpu_bugs)}")
+    # GPU-only tests: skipped on the CPU (no GPU there), run under emulation. No CPU pass to
+    # compare with, so their failures are listed apart, not in the rate.
+    gpu_only = [
+        k for k in both if cpu[k]["outcome"] == "skipped" and emu[k]["outcome"] != "skipped"
+    ]
+    gpu_only_failed = [k for k in gpu_only if emu[k]["outcome"] == "failed"]
+    print(
+        f"CPU skips run on an emulated GPU   {len(gpu_only)}"
+        f"  (failed {len(gpu_only_failed)}; not in the rate)"
+    )
     only = set(cpu) ^ set(emu)
     if only:
         print(f"in one run only                    {len(only)}")
@@ -322,24 +492,15 @@ def report(
         print("\nskipped when emulated, by reason:")
         for reason, n in reasons.most_common(8):
             print(f"  {n:5d}  {reason[:150]}")
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for k in failing:
-        fam = family_of(emu[k], preset.families, checkout)
-        groups[(fam.name if fam else "", cause(emu[k]))].append(k)
-    print("\nfailures where the CPU passes, by cause (biggest first):")
-    for (_, key), members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        rec = emu[members[0]]
-        fam = family_of(rec, preset.families, checkout)
-        label = "GPU bug" if fam and fam.gpu_bug else "false alarm"
-        if fam and fam.likely_real:
-            label = "false alarm, likely real"
-        if fam and fam.owner:
-            label += f" [{fam.owner}]"
-        print(f"\n{len(members):5d}  {label}: {fam.name if fam else 'unclassified'}")
-        print(f"       {key}")
-        if rec.get("frame"):
-            print(f"       at {rec['frame']}")
-        print(f"       repro: {repro} {shlex.quote(rec['id'])}")
+    print_causes(
+        emu,
+        failing,
+        gpu_only_failed=gpu_only_failed,
+        cpu_pass=set(cpu_pass),
+        preset=preset,
+        repro=repro,
+        checkout=checkout,
+    )
     owners = Counter(
         (family_of(emu[k], preset.families, checkout) or Family("", "")).owner or "unclassified"
         for k in alarms
@@ -370,7 +531,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ns = ap.parse_args(argv)
     preset = PRESETS[ns.preset]
     paths = ns.paths or list(preset.paths)
-    checkout = ns.checkout.resolve()
+    checkout = (ns.checkout / preset.cwd).resolve()
+    pythonpath = tuple(str((ns.checkout / p).resolve()) for p in preset.pythonpath)
     ns.runs.mkdir(parents=True, exist_ok=True)
     cpu_out, emu_out = ns.runs / "cpu.jsonl", ns.runs / "emulated.jsonl"
     if not ns.reuse:
@@ -385,6 +547,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 timeout=ns.timeout,
                 emulator=ns.emulator,
                 sample=ns.sample,
+                pythonpath=pythonpath,
             )
         if ns.only in (None, "emulated"):
             run_side(
@@ -397,15 +560,17 @@ def main(argv: Optional[list[str]] = None) -> int:
                 timeout=ns.timeout,
                 emulator=ns.emulator,
                 sample=ns.sample,
+                pythonpath=pythonpath,
             )
     if not (cpu_out.exists() and emu_out.exists()):
         return 0
-    repro = f"cd {shlex.quote(str(checkout))} && PYTHONPATH={shlex.quote(str(ns.emulator))} "
+    path = os.pathsep.join([str(ns.emulator), *pythonpath])
+    repro = f"cd {shlex.quote(str(checkout))} && PYTHONPATH={shlex.quote(path)} "
     repro += shlex.join([ns.python, "-m", "pytest", "--emulate-cuda", *preset.emulated_args])
-    cpu, emu = load(cpu_out), load(emu_out)
+    cpu, emu = load(cpu_out, "cpu"), load(emu_out, "cuda")
     if ns.sample > 1:  # records of a fuller run count only where the sample has them
-        cpu = {k: r for k, r in cpu.items() if sampled(k, ns.sample)}
-        emu = {k: r for k, r in emu.items() if sampled(k, ns.sample)}
+        cpu = {k: r for k, r in cpu.items() if sampled(_test_key(r), ns.sample)}
+        emu = {k: r for k, r in emu.items() if sampled(_test_key(r), ns.sample)}
     report(cpu, emu, preset, repro, checkout)
     return 0
 
