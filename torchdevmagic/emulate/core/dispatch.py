@@ -141,7 +141,12 @@ def _to_copy(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
     asked = kwargs.get("device")
     target = None if asked is None else torch.device(asked)
     if target is not None and target.type == "cpu":
-        _syncs.mark()  # a copy to the host waits for the GPU (tolist() comes this way)
+        # a copy to the host waits for the GPU (tolist() comes this way); a blocking one is
+        # memcpy_and_sync on CUDA, which its sync debug mode sees
+        if kwargs.get("non_blocking"):
+            _syncs.mark()
+        else:
+            _syncs.synchronizing()
         return func(*new_args, **new_kwargs)  # .cpu() reached below the placement mode
     if target is not None and target.type == "cuda":
         device = target
@@ -150,7 +155,7 @@ def _to_copy(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
 
 
 def _local_scalar(func: Any, args: Any, kwargs: Any, new: Any, device: Any) -> Any:
-    _syncs.mark()  # a value read by the host waits for the GPU
+    _syncs.synchronizing()  # a value read by the host waits for the GPU
     return func(*new[0], **new[1])
 
 

@@ -29,6 +29,8 @@ def to_device(
     dtype: Any = None,
     copy: bool = False,
     memory_format: Any = None,
+    *,
+    non_blocking: bool = False,
 ) -> Any:
     """``x.to(target, dtype, copy=copy, memory_format=...)`` with the emulated GPU standing
     in for CUDA. The copy of the CPU tensor is recorded by autograd where ``x`` needs a
@@ -56,7 +58,12 @@ def to_device(
             raise refused(exc, target) from None
         return wrap(moved, target)
     if target.type == "cpu" and type(x) is EmulatedTensor:
-        _syncs.mark()  # a copy to the host waits for the GPU
+        # a copy to the host waits for the GPU; a blocking one (memcpy_and_sync) is seen by
+        # CUDA's sync debug mode
+        if non_blocking:
+            _syncs.mark()
+        else:
+            _syncs.synchronizing()
         return inner.to(dtype=dtype, copy=True, memory_format=fmt)
     with torch._C.DisableTorchFunction():
         return torch.Tensor.to(inner, target, dtype, copy=copy, memory_format=fmt)

@@ -147,16 +147,19 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 return w  # in-place and out= ops return their argument
         return wrap(out, device)
     if not isinstance(out, tuple):  # item(), tolist(), bool(x), repr(x): read by the host
-        _syncs.mark()
+        _syncs.returned(func)
     return _wrap_out(out, inputs, (), device)
 
 
-def _waiting(rule: Any) -> Any:
+def _waiting(rule: Any, func: Any) -> Any:
     """``rule``, and the host waits for the GPU (an output size read from its values)."""
 
     def waits(args: Any, kwargs: Any) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
-        _syncs.mark()
+        if _syncs.seen_by_debug_mode(func, args, kwargs):
+            _syncs.synchronizing()
+        else:
+            _syncs.mark()
         return rule(args, kwargs) if rule is not None else None
 
     return waits
@@ -164,7 +167,7 @@ def _waiting(rule: Any) -> Any:
 
 _BEFORE: dict[Any, Any] = dict(_refusals.TABLE)
 for _f in _syncs.WAITING:
-    _BEFORE[_f] = _waiting(_BEFORE.get(_f))
+    _BEFORE[_f] = _waiting(_BEFORE.get(_f), _f)
 
 
 def usual(func: Any, args: Any, kwargs: Any) -> Any:

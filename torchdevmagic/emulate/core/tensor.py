@@ -106,7 +106,7 @@ class EmulatedTensor(torch.Tensor):
     def tolist(self) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
         _faults.check()  # a kernel asserted earlier: the copy to the host fails
-        _syncs.mark()  # the host waits for the GPU
+        _syncs.synchronizing()  # the host waits for the GPU (a blocking copy on CUDA)
         return self.__dict__["_inner"].tolist()
 
     @property
@@ -127,6 +127,7 @@ class EmulatedTensor(torch.Tensor):
         # torch's own layout, its values read from the CPU tensor, named like a CUDA tensor.
         ts = torch._tensor_str
         if tensor_contents is None:
+            _syncs.synchronizing()  # the values are copied to the host (a blocking copy)
             inner = self.__dict__["_inner"].detach()
             tensor_contents = ts._tensor_str(inner, len("tensor(")) if inner.numel() else "[]"
         text: str = ts._str(self, tensor_contents=tensor_contents)

@@ -280,7 +280,9 @@ class PlacementMode(TorchFunctionMode):
             target = _CPU
         if target is None or (target.type == "cpu" and type(x) is not EmulatedTensor):
             return func(*args, **kwargs)
-        out = to_device(x, target, move.dtype, move.copy, move.memory_format)
+        out = to_device(
+            x, target, move.dtype, move.copy, move.memory_format, non_blocking=move.non_blocking
+        )
         if target.type == "cpu" and move.non_blocking:
             _pinned.mark(out)  # _to_copy's pin_out: a non-blocking copy from the GPU
         return out

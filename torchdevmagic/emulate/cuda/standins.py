@@ -128,7 +128,7 @@ class CudaStandIns:
 
             def synchronize(self) -> None:
                 _faults.check()
-                _syncs.mark()
+                _syncs.synchronizing()  # stream_synchronize: the sync debug mode sees it
 
             def is_capturing(self) -> bool:
                 return False

@@ -23,6 +23,7 @@ from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
 from torchdevmagic.emulate.core import serialize as _serialize
+from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.core import tensor as _tensor
 from torchdevmagic.emulate.core import torchscript as _torchscript
 from torchdevmagic.emulate.core.errors import EmulationUnsupported
@@ -289,7 +290,7 @@ def _apply(session: Session) -> None:
     p.set(torch._C, "_group_tensors_by_device_and_dtype", _patches.group_standin(grouping))
     _tensor.on_new_storage = session.ledger.add
     _tensor.ledger = session.ledger
-    _faults.clear()  # a new session is a fresh CUDA context: no sticky error
+    _fresh_context(p)
     p.call(_clear_hooks)
     p.set(_hooks, "mode", session.mode)  # hooks the autograd engine calls run in it
     _grads.unpark()  # links to emulated tensors' CPU leaves hold them weakly while it runs
@@ -317,6 +318,21 @@ def _apply(session: Session) -> None:
         from triton.runtime import jit
 
         p.set(jit.JITFunction, "run", _patches.unsupported(_patches.TRITON))
+
+
+def _fresh_context(p: _patches.Patcher) -> None:
+    """A new session is a fresh CUDA context: no sticky error, the sync debug mode off (as
+    in a fresh process). torch.cuda.get/set_sync_debug_mode run torch's own code on the
+    emulated mode (core/syncs)."""
+    _faults.clear()
+    _sync_debug_off()
+    p.call(_sync_debug_off)
+    p.set(torch._C, "_cuda_get_sync_debug_mode", _syncs.get_debug_mode)
+    p.set(torch._C, "_cuda_set_sync_debug_mode", _syncs.set_debug_mode)
+
+
+def _sync_debug_off() -> None:
+    _syncs.debug_mode = 0
 
 
 def _distributed(p: _patches.Patcher, mode: PlacementMode) -> None:
