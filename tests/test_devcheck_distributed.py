@@ -140,6 +140,71 @@ def test_barrier_s_guess_is_explained_under_the_warning(rank_shell: Any, capsys:
     assert dist.is_initialized()
 
 
+# -- CUDA started before a launcher forked: where it started ----------------------------------
+LAUNCH = (
+    "%%devcheck\n"
+    "def train():\n"
+    '    torch.zeros(1, device="cuda")\n'
+    "notebook_launcher(train, num_processes=2)"
+)
+
+
+def _refused(shell: Any, cells: list[str]) -> Any:
+    """``cells`` run, then the launch fails with accelerate's refusal: its diagnosis."""
+    from _launcher import REFUSAL
+
+    for cell in cells:
+        assert shell.run_cell(cell).error_in_exec is None, cell
+    err = shell.run_cell(LAUNCH).error_in_exec
+    assert type(err) is RuntimeError and str(err) == REFUSAL, err
+    d = shell.run_line_magic("devcheck", "-o")
+    assert d is not None and d.rule == "notebook_launcher_cuda_initialized", d
+    return d
+
+
+def _launches_after_a_restart(shell: Any, cells: list[str]) -> None:
+    """A restarted kernel (a fresh emulated GPU) that runs ``cells`` then the launch: the
+    workers run."""
+    shell.run_line_magic("emulate_cuda", "off")
+    shell.run_line_magic("emulate_cuda", "on")
+    for cell in cells:
+        assert shell.run_cell(cell).error_in_exec is None, cell
+    assert shell.run_cell(LAUNCH).error_in_exec is None
+
+
+@pytest.mark.slow
+def test_notebook_launcher_s_refusal_names_the_cell_that_started_cuda(emu_shell: Any) -> None:
+    """accelerate's notebook_launcher refuses (its forked workers cannot use CUDA) after a
+    cell put a tensor on the GPU (huggingface/accelerate#3925 asks which line did it):
+    %%devcheck names that cell and line. Run again without that line, the launch works."""
+    setup = "import torch\nfrom _launcher import notebook_launcher"
+    d = _refused(emu_shell, [setup, "n = 3\nx = torch.ones(n).cuda()"])
+    where = d.notes[0]
+    assert where.startswith("CUDA was first initialised at Cell In["), where
+    assert where.endswith(", line 2: x = torch.ones(n).cuda()"), where
+    assert "restart the kernel" in d.notes[1] and d.fix is None
+    _launches_after_a_restart(emu_shell, [setup, "n = 3"])
+
+
+@pytest.mark.slow
+def test_the_refusal_names_the_library_that_started_cuda(emu_shell: Any, tmp_path: Path) -> None:
+    """A library that puts a tensor on the GPU when imported: its line is named, under the
+    cell's import."""
+    (tmp_path / "gpu_lib.py").write_text(
+        "import torch\n\nSCALE = torch.ones(1, device='cuda')\n", encoding="utf-8"
+    )
+    setup = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import torch\n"
+        "from _launcher import notebook_launcher"
+    )
+    d = _refused(emu_shell, [setup, "import gpu_lib"])
+    where = d.notes[0]
+    assert ", line 1: import gpu_lib, by a library: gpu_lib.py:3: SCALE = torch.ones(1, " in where
+    sys.modules.pop("gpu_lib")
+    _launches_after_a_restart(emu_shell, [setup])
+
+
 # -- two ranks: each a shell running the notebook's cells -------------------------------------
 RANK_SETUP = (
     "import os, torch, torch.distributed as dist\n"

@@ -612,6 +612,22 @@ class MachineVerdict:
 
 
 @dataclass(frozen=True)
+class CudaInit:
+    """Where CUDA was first initialised: the notebook's line (a cell, or a function of one;
+    empty when no notebook frame led there) and, when the call went through a library, that
+    library's innermost line (``library_file`` empty otherwise)."""
+
+    file: str
+    lineno: int
+    function: str
+    line: str
+    library_file: str = ""
+    library_lineno: int = 0
+    library_function: str = ""
+    library_line: str = ""
+
+
+@dataclass(frozen=True)
 class DiagnosisRecord:
     """What went wrong, in the user's own names, and the line that fixes it: the fields of
     :class:`torchdevmagic.diagnosis.Diagnosis`, which is this with its renderings (their words
@@ -638,6 +654,7 @@ class DiagnosisRecord:
 
 
 __all__ = [
+    "CudaInit",
     "Culprit",
     "DeviceMemory",
     "DeviceShare",

@@ -279,6 +279,13 @@ _RUNTIME = (
         "torch.device('cuda') for the current GPU",
     ),
     (
+        "could create a forked subprocess",
+        "CUDA had started in this process before notebook_launcher forked its workers: a "
+        "forked worker cannot use it",
+        "restart the kernel, and leave CUDA alone (no tensor on the GPU, no "
+        "torch.cuda call) before notebook_launcher: do it in the function it launches",
+    ),
+    (
         "forked subprocess",
         "CUDA had started in this process before it forked (DataLoader workers, "
         "multiprocessing): a forked child cannot use it",
@@ -303,13 +310,41 @@ def cuda_runtime(c: Ctx) -> Diagnosis:
             summary, note = words, hint
             break
     fix = _workers_off(c) if "forked" in what else None
+    notes = (_first_init_note(c), note) if "forked" in what else (note,)
     return Diagnosis(
         summary=summary.format(gpus=_gpu_count(c.torch), what=what),
         culprits=(),
         fix=fix,
-        notes=(note,),
+        notes=notes,
         **c.base,
     )
+
+
+def _first_init_note(c: Ctx) -> str:
+    """Where CUDA was first initialised in this process (recorded while the extension is
+    loaded): the notebook's line, and the library's line it went through."""
+    from torchdevmagic.gpu import first_init
+
+    seen = first_init.first()
+    if seen is None:
+        return (
+            "where CUDA started is unknown: before %load_ext torchdevmagic, or in the cell "
+            "that first imported torch"
+        )
+    words = "CUDA was first initialised"
+    if seen.file:
+        cell = fm.is_cell_file(seen.file, None, c.namespace)
+        words += f" at {fm.place(seen.file, seen.lineno, cell, c.namespace)}"
+        if not _module_level(seen.function):
+            words += f" in {seen.function}"
+        words += f": {seen.line}" if seen.line else ""
+    if seen.library_file:
+        inside = fm.place(seen.library_file, seen.library_lineno, False)
+        if not _module_level(seen.library_function):
+            inside += f" in {seen.library_function}"
+        words += f"{',' if seen.file else ''} by a library: {inside}"
+        words += f": {seen.library_line}" if seen.library_line else ""
+    return words
 
 
 def _workers_off(c: Ctx) -> Optional[str]:
@@ -328,6 +363,11 @@ def _workers_off(c: Ctx) -> Optional[str]:
         if type(workers) is int and workers > 0 and rs.is_reference(node):
             return f"{Splice(cell.stmt).source(node)}.num_workers = 0"
     return None
+
+
+def _module_level(function: str) -> bool:
+    """A module's or a cell's own code (IPython 7 names a cell's ``<cell line: n>``)."""
+    return function == "<module>" or function.startswith("<cell line")
 
 
 def _gpu_count(torch: Any) -> str:

@@ -14,7 +14,9 @@ Unloading removes exactly what loading added and what first uses put in place
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
 from functools import partial
 from typing import Any, Callable
 
@@ -192,6 +194,13 @@ def load(shell: Any) -> None:
     if id(shell) in _LOADED:
         return  # %load_ext twice is a no-op, as for IPython's own extensions
     loaded = _LOADED[id(shell)] = _Loaded(shell)
+    if "torch" in sys.modules:
+        from torchdevmagic.gpu import first_init
+
+        first_init.watch(shell.user_ns)
+    else:
+        _WATCHING[id(shell)] = shell.user_ns
+    shell.events.register("pre_run_cell", _first_cell_watch)
     manager = shell.magics_manager
     for magic in MAGICS:
         stub = loaded.stubs[magic.kind, magic.name] = _stub(loaded, magic)
@@ -202,10 +211,34 @@ def load(shell: Any) -> None:
         manager.registry[class_name] = stand_in
 
 
+def _first_cell_watch(*_: Any) -> None:
+    """``pre_run_cell``: the watch of CUDA's first initialisation, armed once torch is
+    imported (a cell that imports torch and starts CUDA at once goes unseen)."""
+    if "torch" not in sys.modules:
+        return
+    from torchdevmagic.gpu import first_init
+
+    for key, namespace in list(_WATCHING.items()):
+        first_init.watch(namespace)
+        del _WATCHING[key]
+    first_init.arm()
+
+
+# id(shell) -> its namespace, for the watch of CUDA's first initialisation once torch comes
+_WATCHING: dict[int, Any] = {}
+
+
 def unload(shell: Any) -> None:
     loaded = _LOADED.pop(id(shell), None)
     if loaded is None:
         return
+    _WATCHING.pop(id(shell), None)
+    with contextlib.suppress(ValueError):
+        shell.events.unregister("pre_run_cell", _first_cell_watch)
+    if "torchdevmagic.gpu.first_init" in sys.modules:
+        from torchdevmagic.gpu import first_init
+
+        first_init.unwatch()
     manager = shell.magics_manager
     for instance in reversed(list(loaded.instances.values())):
         on_unload = getattr(instance, "on_unload", None)

@@ -208,6 +208,12 @@ TABLE: tuple[Rule, ...] = (
     ),
     c.out_of_memory_words,
     Row(
+        "notebook_launcher_cuda_initialized",  # accelerate's refusal (huggingface/accelerate#3925)
+        r"(?:CUDA|XPU) has been initialized before the `notebook_launcher` could create a "
+        r"forked subprocess",
+        CUDA_RUNTIME, devices=("cuda",), details={"what": 0},
+    ),
+    Row(
         "cuda_runtime_error",  # fork, device index, cuBLAS, cuDNN
         r"Cannot re-initialize CUDA in forked subprocess|CUDA error: invalid device ordinal|"
         r"CUBLAS_STATUS_\w+ when calling|CUDNN_STATUS_\w+",

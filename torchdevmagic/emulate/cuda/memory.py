@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 import os
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -121,7 +121,16 @@ class Ledger:
         self.peak = _BYTES[:count]
         self.reserved = [_blocks(n) for n in self.peak]
         self.used = False  # any emulated storage made yet (CUDA would have a context)
+        # called once, when CUDA would have made its context (fronts/session fills it: the
+        # extension records where CUDA was first initialised)
+        self.on_start: Optional[Callable[[], None]] = None
         self.made = 0  # fresh emulated storages registered so far (pytest counts tests by it)
+
+    def started(self) -> None:
+        """CUDA would have made its context now: the first storage, or torch.cuda.init."""
+        hook, self.on_start = self.on_start, None
+        if hook is not None:
+            hook()
 
     def exact(self, pending: Any = None) -> list[int]:
         """Bytes on each device now, gradients included (but the storage ``pending``: the
@@ -166,7 +175,9 @@ class Ledger:
             return  # an alias of a counted storage (detach(), as nn.Parameter does)
         index = device.index or 0
         nbytes = storage.nbytes()
-        self.used = True
+        if not self.used:
+            self.used = True
+            self.started()
         self.made += 1
         if _DEAD or _STALE[0]:
             settle()

@@ -238,7 +238,9 @@ class CudaStandIns:
     def init(self) -> None:
         if self.devices.forked:
             raise bad_fork(self.devices.fork_note)
-        self.initialized = True
+        if not self.initialized:
+            self.initialized = True
+            self.ledger.started()
 
     def is_initialized(self) -> bool:
         return self.initialized or self.ledger.used

@@ -46,6 +46,7 @@ from torchdevmagic.emulate.cuda.standins import MEMORY_NAMES, CudaStandIns
 from torchdevmagic.emulate.fronts import children as _children
 from torchdevmagic.emulate.fronts.leaving import left_behind, to_cpu
 from torchdevmagic.emulate.fronts.status import EmulationStatus
+from torchdevmagic.gpu import first_init as _first_init
 from torchdevmagic.render import blocks
 from torchdevmagic.render.emulation import left_blocks
 
@@ -118,6 +119,8 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
     machine = Machine(folder, devices, memory)
     count = Devices(devices)
     ledger = Ledger(devices, memory, machine)
+    _first_init.forget()  # a fresh emulated GPU: CUDA not started yet
+    ledger.on_start = _first_init.seen_now  # where CUDA starts, for %%devcheck
     cuda = CudaStandIns(count, ledger)
     session = Session(count, ledger, cuda, PlacementMode(count), _patches.Patcher())
     if own:
