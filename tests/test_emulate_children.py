@@ -163,7 +163,8 @@ SPAWNED = """
         t.fill_(7.0)  # the parent sees it: the same memory, as CUDA IPC shares it
 
     def worker(rank, q):
-        q.put((rank, str(torch.ones(1, device=f"cuda:{rank}").device)))
+        free, total = torch.cuda.mem_get_info(1)  # the parent's 8 MiB on cuda:1 count here
+        q.put((rank, str(torch.ones(1, device=f"cuda:{rank}").device), total - free >= 8 << 20))
 
     if __name__ == "__main__":
         method = sys.argv[1] if len(sys.argv) > 1 else "spawn"
@@ -178,6 +179,7 @@ SPAWNED = """
         loader = DataLoader(Batches(), batch_size=2, num_workers=1, multiprocessing_context=method)
         print("loader", [(str(b.device), b.tolist()) for b in loader])
         if method == "spawn":
+            held = torch.empty(8 << 20, dtype=torch.uint8, device="cuda:1")
             mp.spawn(worker, args=(q,), nprocs=2)
             print("mp.spawn", sorted([q.get(), q.get()]))
         stop(to="cpu")
@@ -193,7 +195,7 @@ def test_spawn_children_emulate_and_share_emulated_tensors(
     assert out.stdout.splitlines() == [
         "process 0 ('cuda:1', 'EmulatedTensor', 2) [7.0, 7.0, 7.0] cuda:1",
         "loader [('cuda:0', [[0.0, 0.0], [1.0, 1.0]]), ('cuda:0', [[2.0, 2.0], [3.0, 3.0]])]",
-        "mp.spawn [(0, 'cuda:0'), (1, 'cuda:1')]",
+        "mp.spawn [(0, 'cuda:0', True), (1, 'cuda:1', True)]",
     ]
 
 
