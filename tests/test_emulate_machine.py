@@ -150,3 +150,40 @@ def test_a_child_under_the_same_emulation_joins_the_machine_another_does_not(
     folder, own = session._machine(4, 64 * MiB)  # other GPUs: a machine of its own
     assert own and folder != machine
     os.rmdir(folder)
+
+
+def test_a_forked_child_leaves_its_parent_s_file_lock_and_folder(machine: str) -> None:
+    """A fork()ed child shares its parent's open file: it gives its copy up (the lock stays
+    the parent's while the parent lives) and writes a file of its own; exiting, it does not
+    remove the machine that its parent owns."""
+    import fcntl
+
+    from torchdevmagic.emulate.cuda import machine as machine_module
+    from torchdevmagic.emulate.fronts import session
+
+    keep = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")  # this process's file
+    mine = os.path.join(machine, str(os.getpid()))
+    assert os.path.exists(mine)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            active = session.active()
+            assert active is not None and active.ledger.machine is not None
+            active.ledger.machine.publish([5 * MiB, 0])
+            machine_module.remove_folder(machine, os.getppid())  # its atexit, as registered
+            os.write(write, str(sorted(os.listdir(machine))).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    seen = os.read(read, 1000).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert seen == str(sorted([str(os.getpid()), str(pid)]))
+    assert os.path.isdir(machine) and os.path.exists(mine)
+    with open(mine, "rb") as f, pytest.raises(BlockingIOError):
+        fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)  # still this process's
+    # the child ended: its file is nobody's, and its memory is the device's again
+    assert torch.cuda.mem_get_info(0)[0] == 64 * MiB - torch.cuda.memory_reserved(0)
+    assert os.listdir(machine) == [str(os.getpid())]
+    del keep

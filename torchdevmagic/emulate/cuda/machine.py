@@ -50,8 +50,11 @@ def new_folder() -> str:
     return tempfile.mkdtemp(prefix=PREFIX)
 
 
-def remove_folder(folder: str) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+def remove_folder(folder: str, owner: Optional[int] = None) -> None:
+    """Remove the machine's folder; only in process ``owner`` when given (a forked child that
+    exits, or stops emulation, leaves its parent's machine as it is)."""
+    if owner is None or owner == os.getpid():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 _OPEN: weakref.WeakSet[Machine] = weakref.WeakSet()

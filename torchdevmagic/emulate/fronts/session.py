@@ -124,8 +124,9 @@ def start(devices: int = 1, memory: int = DEFAULT_CAPACITY) -> Session:
     cuda = CudaStandIns(count, ledger)
     session = Session(count, ledger, cuda, PlacementMode(count), _patches.Patcher())
     if own:
-        atexit.register(_machine_module.remove_folder, folder)
-        session.patcher.call(lambda: _leave_machine(folder))
+        owner = os.getpid()
+        atexit.register(_machine_module.remove_folder, folder, owner)
+        session.patcher.call(lambda: _leave_machine(folder, owner))
     session.patcher.call(machine.close)
     try:
         _apply(session)
@@ -162,9 +163,9 @@ def _machine(devices: int, memory: int) -> tuple[str, bool]:
     return _machine_module.new_folder(), True
 
 
-def _leave_machine(folder: str) -> None:
+def _leave_machine(folder: str, owner: int) -> None:
     atexit.unregister(_machine_module.remove_folder)
-    _machine_module.remove_folder(folder)
+    _machine_module.remove_folder(folder, owner)
 
 
 def _environment(p: _patches.Patcher, value: str) -> None:
