@@ -523,3 +523,75 @@ def test_a_hidden_state_cudnn_cannot_take_is_refused() -> None:
         assert lstm(x, (h.contiguous(), h.contiguous()))[0].shape == (5, 3, 6)  # the fix
         with torch.backends.cudnn.flags(enabled=False):
             assert lstm(x, (h, h))[0].shape == (5, 3, 6)  # CUDA's own kernels take it
+
+
+# -- CTC loss: CPU targets and lengths, and cuDNN's path -------------------------------------------
+# (targets, input_lengths, target_lengths, cuDNN's path on a GPU): a GPU's ctc_loss reads the
+# lengths on the host and moves the targets onto the log probabilities' device itself.
+CTC_CALLS: dict[str, tuple[Callable[[str], Any], Any, Any, bool]] = {
+    "CPU int32 targets, list lengths": (
+        lambda d: torch.tensor([1, 2], dtype=torch.int32, device=d),
+        [5],
+        [2],
+        True,
+    ),
+    "CPU Long (N, S) targets": (lambda d: torch.tensor([[1, 2]], device=d), [5], [2], False),
+    "CPU int32 targets, a short input": (
+        lambda d: torch.tensor([1, 2], dtype=torch.int32, device=d),
+        [4],
+        [2],
+        False,
+    ),
+    "CPU length tensors": (
+        lambda d: torch.tensor([[1, 2]], device=d),
+        torch.tensor([5]),
+        torch.tensor([2]),
+        False,
+    ),
+    "int32 CPU length tensors": (
+        lambda d: torch.tensor([1, 2], dtype=torch.int32, device=d),
+        torch.tensor([4], dtype=torch.int32),
+        torch.tensor([2], dtype=torch.int32),
+        True,
+    ),
+}
+
+
+def _ctc_step(device: str, targets_on: str, name: str) -> tuple[Any, Any]:
+    targets, il, tl, _ = CTC_CALLS[name]
+    torch.manual_seed(0)
+    x = torch.randn(5, 1, 3, requires_grad=True)
+    loss = F.ctc_loss(x.to(device).log_softmax(2), targets(targets_on), il, tl)
+    loss.backward()
+    return loss.detach().cpu(), x.grad
+
+
+@pytest.mark.parametrize("name", list(CTC_CALLS))
+def test_ctc_loss_takes_targets_and_lengths_from_the_cpu_as_a_gpu_does(name: str) -> None:
+    """Before, the composite moved CPU targets to the wrapper's meta device ("found at least
+    two devices, cuda:0 and meta!") and CPU length tensors met the dispatcher's check."""
+    expected = _ctc_step("cpu", "cpu", name)
+    with emulate_cuda():
+        got = _ctc_step("cuda", "cpu", name)
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+        assert torch.equal(_ctc_step("cuda", "cuda", name)[0], expected[0])
+
+
+@pytest.mark.parametrize("name", list(CTC_CALLS))
+def test_deterministic_ctc_backward_refuses_only_off_cudnns_path(
+    name: str, deterministic: Any
+) -> None:
+    """cuDNN's CTC (1-D int32 CPU targets, full-length inputs, ...) has a deterministic
+    backward; CUDA's own kernel alerts (ctc_loss_backward_gpu)."""
+    alert = _torch_alert("ctc_loss_backward_gpu", warn_only=False)
+    torch.use_deterministic_algorithms(True)  # (_torch_alert set it; as the fixture had it)
+    with emulate_cuda():
+        if CTC_CALLS[name][3]:
+            _ctc_step("cuda", "cpu", name)  # runs, as on a GPU
+        else:
+            with pytest.raises(RuntimeError) as info:
+                _ctc_step("cuda", "cpu", name)
+            assert str(info.value) == alert
+        with torch.backends.cudnn.flags(enabled=False), pytest.raises(RuntimeError) as info:
+            _ctc_step("cuda", "cpu", name)  # cuDNN off: CUDA's own kernel, which alerts
+        assert str(info.value) == alert

@@ -380,6 +380,14 @@ def _backward(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
     return _armed if torch.is_grad_enabled() else None
 
 
+# Set by ``ctc`` around a CTC loss a GPU runs on cuDNN: its backward is cuDNN's, no alert.
+cudnn_ctc = False
+
+
+def _ctc(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
+    return None if cudnn_ctc else _backward(args, kwargs)
+
+
 # -- cuDNN's RNNs -------------------------------------------------------------------------------
 # A CUDA build runs an RNN on cuDNN when ``at::cudnn_is_acceptable(input)``: cuDNN enabled
 # (``torch.backends.cudnn.enabled``, ``cudnn.flags(enabled=False)`` turns it off), an input of
@@ -506,7 +514,7 @@ def _build() -> dict[Any, Rule]:
     )
     if NODES:
         for f in _functions(backward, torch, _F, _nn):
-            table.setdefault(f, _backward)
+            table.setdefault(f, _ctc if f.__name__ == "ctc_loss" else _backward)
     # Matrix products: integer dtypes CUDA's kernels lack; cuBLAS's workspace check (the rule
     # reads CUBLAS_CHECKED when called: a test sets it).
     for name in ("mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "matmul", "linear"):

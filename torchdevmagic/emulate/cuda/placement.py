@@ -19,6 +19,7 @@ import torch
 import torch.utils._device
 from torch.overrides import TorchFunctionMode
 
+from torchdevmagic.emulate.core import ctc as _ctc
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import rnn as _rnn
 from torchdevmagic.emulate.core import sizes as _sizes
@@ -70,6 +71,7 @@ class PlacementMode(TorchFunctionMode):
         }
         self.handlers[torch.device] = _device_constructor
         self.handlers.update(_rnn.handlers())
+        self.handlers.update(_ctc.handlers())
         # the session's random state (cuda/random): the calls that draw go through it
         self.rng: Optional[Rng] = None
         self.draws: frozenset[Any] = frozenset()
