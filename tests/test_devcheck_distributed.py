@@ -205,6 +205,33 @@ def test_the_refusal_names_the_library_that_started_cuda(emu_shell: Any, tmp_pat
     _launches_after_a_restart(emu_shell, [setup])
 
 
+def test_on_a_gpu_torch_s_lazy_init_records_the_first_start(shell: Any, monkeypatch: Any) -> None:
+    """On a GPU, torch's C++ calls torch.cuda._lazy_init by that name before it makes
+    anything on the GPU: the watch wraps it (armed before a cell once torch is imported),
+    records the first call that finds CUDA uninitialised, and puts the original back. Here
+    CUDA is a fake whose is_initialized() turns true when its _lazy_init runs."""
+    from torchdevmagic.gpu import first_init
+
+    first_init.unwatch()  # (the watch armed at load wrapped the real one)
+    started = {"on": False}
+
+    def fake_lazy_init() -> None:
+        started["on"] = True
+
+    monkeypatch.setattr(torch.cuda, "_lazy_init", fake_lazy_init)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: started["on"])
+    first_init.forget()
+    first_init.watch(shell.user_ns)
+    assert shell.run_cell("import torch").error_in_exec is None
+    assert torch.cuda._lazy_init is not fake_lazy_init  # armed
+    cell = "def start():\n    torch.cuda._lazy_init()\nstart()\nstart()"
+    assert shell.run_cell(cell).error_in_exec is None
+    seen = first_init.first()
+    assert seen is not None and (seen.function, seen.line) == ("start", "torch.cuda._lazy_init()")
+    assert seen.library_file == ""
+    assert torch.cuda._lazy_init is fake_lazy_init  # put back after the first time
+
+
 # -- two ranks: each a shell running the notebook's cells -------------------------------------
 RANK_SETUP = (
     "import os, torch, torch.distributed as dist\n"
