@@ -136,8 +136,19 @@ def test_barrier_s_guess_is_explained_under_the_warning(rank_shell: Any, capsys:
         dist.destroy_process_group()
         assert rank_shell.run_cell(pasted(cell, d)).error_in_exec is None
         again = capsys.readouterr()
-    assert BARRIER not in again.err and "One GPU per rank" not in again.out, again
-    assert dist.is_initialized()
+        assert BARRIER not in again.err and "One GPU per rank" not in again.out, again
+        assert dist.is_initialized()
+        # the group made in an earlier cell: the barrier is told the device
+        dist.destroy_process_group()
+        made = 'dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)'
+        assert rank_shell.run_cell(made).error_in_exec is None
+        alone = "%%devcheck\ndist.barrier()"
+        assert rank_shell.run_cell(alone).error_in_exec is None
+        d = rank_shell.run_line_magic("devcheck", "-o")
+        assert (d.fix, d.fix_lineno) == ("dist.barrier(device_ids=[local_rank])", 2), d
+        capsys.readouterr()
+        assert rank_shell.run_cell(pasted(alone, d)).error_in_exec is None
+        assert BARRIER not in capsys.readouterr().err
 
 
 # -- CUDA started before a launcher forked: where it started ----------------------------------
@@ -277,7 +288,13 @@ def test_ranks_on_one_gpu_get_set_device_before_the_group(tmp_path: Any) -> None
         "model = torch.load(PATH, weights_only=False)\n"
         "ddp = DDP(model, device_ids=[local_rank])"
     )
-    first, second = _two_ranks((RANK_SETUP, plain), (saved, loading))
+    no_name = (  # no rank variable, and os not imported: the fix reads torchrun's variable
+        'dist.init_process_group("nccl")\nmodel = nn.Linear(4, 2).cuda()\nddp = DDP(model)'
+    )
+    fresh = RANK_SETUP.replace("import os, torch", "import torch") + (
+        "\nglobals().pop('os', None)\nglobals().pop('local_rank', None)"
+    )
+    first, second, third = _two_ranks((RANK_SETUP, plain), (saved, loading), (fresh, no_name))
     for rank, r in enumerate(first):
         assert r["error"].startswith("DistBackendError: NCCL error in:"), r
         assert "Duplicate GPU detected : rank" in r["error"]
@@ -296,6 +313,15 @@ def test_ranks_on_one_gpu_get_set_device_before_the_group(tmp_path: Any) -> None
             'model = torch.load(PATH, weights_only=False, map_location=f"cuda:{local_rank}")',
             5,
             False,
+        ), r
+        assert r["fixed_error"] is None, r
+        assert r["after"] == f"cuda:{rank}"
+    for rank, r in enumerate(third):
+        assert "Duplicate GPU detected" in r["error"], r
+        assert (r["fix"], r["fix_lineno"], r["fix_insert"]) == (
+            'import os\ntorch.cuda.set_device(int(os.environ["LOCAL_RANK"]))',
+            2,
+            True,
         ), r
         assert r["fixed_error"] is None, r
         assert r["after"] == f"cuda:{rank}"
