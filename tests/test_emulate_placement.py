@@ -551,7 +551,7 @@ def test_a_tensor_built_from_gpu_values_is_on_the_device_named_or_the_default(gp
 
 
 def test_new_tensor_of_a_tensor_goes_to_this_torch_s_device(gpus):
-    """``x.new_tensor(t)``: on torch 2.7 and later ``x``'s device (before, ``t``'s:
+    """``x.new_tensor(t)``: ``x``'s device since pytorch#144958 (before it, ``t``'s:
     pytorch#73838), ``x``'s dtype. A CPU ``t`` made a ``meta`` tensor."""
     with warnings.catch_warnings():  # this torch's rule, by the two devices a CPU build has
         warnings.simplefilter("ignore")  # (torch's advice on copying a tensor)

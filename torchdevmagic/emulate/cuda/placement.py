@@ -209,8 +209,8 @@ class PlacementMode(TorchFunctionMode):
         return self._route(func, args, kwargs)
 
     def _new_tensor(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-        """``x.new_tensor(data)``: ``device=``, else ``x``'s device (torch 2.7 and later;
-        before, a tensor given as ``data`` kept its own device: pytorch#73838), ``x``'s
+        """``x.new_tensor(data)``: ``device=``, else ``x``'s device (since pytorch#144958;
+        before it, a tensor given as ``data`` kept its own device: pytorch#73838), ``x``'s
         dtype unless ``dtype=``. Computed on the CPU tensors: with a CPU tensor as ``data``
         it used to make a tensor on the wrapper's C++ device, ``meta``."""
         __tracebackhide__ = True  # IPython and pytest show the caller
@@ -348,8 +348,9 @@ _ON_SELF: list[bool] = []
 
 
 def _new_tensor_on_self() -> bool:
-    """Whether this torch's ``x.new_tensor(t)`` goes to ``x``'s device (2.7 and later) or
-    to ``t``'s (before): asked of torch itself, with the two devices a CPU build has."""
+    """Whether this torch's ``x.new_tensor(t)`` goes to ``x``'s device (torch 2.13) or
+    to ``t``'s (torch 2.1; pytorch#73838): asked of torch itself, with the two devices a CPU
+    build has."""
     if not _ON_SELF:
         with torch._C.DisableTorchFunction(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (torch's advice on copying a tensor)
