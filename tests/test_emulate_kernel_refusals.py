@@ -492,6 +492,7 @@ def _cudnn_off(call: Callable[[], Any]) -> Any:
         return call()
 
 
+@pytest.mark.slow  # five 2-layer LSTM steps: 0.9-2.7 s each on the shared 2-core VM
 @pytest.mark.parametrize("name", list(RNN_RUNS))
 def test_rnns_a_gpu_runs_still_run(name: str) -> None:
     with emulate_cuda():
