@@ -4,6 +4,7 @@ not read: each from a public report, each fix pasted where the tool says and the
 
 - values made together (``h, c = init_hidden()``): moving the one that fails first leaves the
   other to fail next; both move where they are made;
+- a Parameter among the culprits: its module moves (a Parameter takes no plain tensor);
 - a loop variable bound by a comprehension, a batch object a ``for`` makes anew each turn: the
   move goes inside the comprehension, at the top of the loop;
 - a tensor a helper returns, made with NumPy and no device: moved where the line reads it;
@@ -202,6 +203,27 @@ def test_a_table_a_called_method_recreates_is_moved_right_after_that_call(shell:
 
 
 # ---------------------------------------------------------------- fixes that can run
+
+
+@pytest.mark.emulate
+def test_a_parameter_among_culprits_is_moved_by_its_module(shell: Any) -> None:
+    # pytorch#44022: `norm.mu = norm.mu.to(d)` raises TypeError (a Parameter takes no plain
+    # tensor). With a plain tensor culprit beside it, the one-line fix moves the module
+    # for its Parameter and the tensor by assignment.
+    case = _case(
+        "parameter_and_plain_tensor_on_the_cpu",
+        "https://github.com/pytorch/pytorch/issues/44022",
+        PRE + "class Norm(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.mu = nn.Parameter(torch.zeros(1), requires_grad=False)\n"
+        "norm = Norm()\nscale = torch.ones(1)\nv = torch.randn(8, 1, device=DEVICE)\n",
+        "z = (v - norm.mu) / scale",
+        "norm.mu",
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix == "norm.to(DEVICE); scale = scale.to(DEVICE)"
+
 
 FEATURES = PRE + (
     "class Fuse(nn.Module):\n"

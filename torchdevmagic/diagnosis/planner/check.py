@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import builtins
 import sysconfig
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,7 +32,7 @@ from torchdevmagic.diagnosis import resolve as rs
 from torchdevmagic.diagnosis.fixes import Plan
 from torchdevmagic.diagnosis.planner.context import PlanContext
 
-__all__ = ["library_file", "refusal"]
+__all__ = ["library_file", "parameters_moved_by_module", "refusal"]
 
 _BUILTINS = frozenset(dir(builtins))
 _MOVES = frozenset({"to", "cuda", "cpu"})
@@ -246,6 +247,61 @@ def _parameter_assignment(tree: ast.Module, resolver: rs.Resolver, c: PlanContex
                 "(TypeError: cannot assign as parameter)"
             )
     return ""
+
+
+def parameters_moved_by_module(plan: Plan, c: PlanContext) -> Optional[Plan]:
+    """The plan with each ``mod.p = mod.p.to(d)`` of a Parameter ``p`` written as
+    ``mod.to(d)`` (a Parameter takes no plain tensor; the module moves it in place, and its
+    other parameters with it), the other assignments kept; None when none is of that shape."""
+    tree = _parse(plan.fix)
+    _, resolver = _scope(plan, c)
+    if tree is None or resolver is None or len(tree.body) > 4:
+        return None
+    parts: list[str] = []
+    moved = False
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            parts.append(ast.unparse(stmt))
+            continue
+        kept: list[tuple[ast.expr, ast.expr]] = []
+        for target, value in _pairs(stmt):
+            owner = target.value if isinstance(target, ast.Attribute) else None
+            current = resolver.resolve(target) if owner is not None else rs.MISSING
+            held = resolver.resolve(owner) if owner is not None else rs.MISSING
+            dev = _move_argument(value)
+            if (
+                current is rs.MISSING
+                or not _is_parameter(current, c.torch)
+                or held is rs.MISSING
+                or not safe.is_module(held)
+                or dev is None
+            ):
+                kept.append((target, value))
+                continue
+            line = f"{ast.unparse(owner)}.to({dev})" if owner is not None else ""
+            if line and line not in parts:
+                parts.append(line)
+            moved = True
+        if kept:
+            lhs = ", ".join(ast.unparse(t) for t, _ in kept)
+            rhs = ", ".join(ast.unparse(v) for _, v in kept)
+            parts.append(f"{lhs} = {rhs}")
+    if not moved:
+        return None
+    return replace(plan, fix="; ".join(parts))
+
+
+def _move_argument(value: ast.expr) -> Optional[str]:
+    """``d`` of ``x.to(d)``, else None."""
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "to"
+        and len(value.args) == 1
+        and not value.keywords
+    ):
+        return ast.unparse(value.args[0])
+    return None
 
 
 def _container_move(tree: ast.Module, resolver: rs.Resolver) -> Optional[str]:

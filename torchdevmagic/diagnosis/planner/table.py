@@ -21,7 +21,7 @@ from torchdevmagic.diagnosis import rules as rl
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.diagnosis.fixes import Plan
 from torchdevmagic.diagnosis.planner import strategies as st
-from torchdevmagic.diagnosis.planner.check import refusal
+from torchdevmagic.diagnosis.planner.check import parameters_moved_by_module, refusal
 from torchdevmagic.diagnosis.planner.context import STOP, PlanContext, Planned
 
 __all__ = ["STRATEGIES", "Strategy", "culprit_shape", "plan", "value_plan"]
@@ -258,6 +258,9 @@ def plan(c: PlanContext) -> Planned:
         why = refusal(found, c)
         if why is None:
             return Planned(found, s.name)
+        repaired = parameters_moved_by_module(found, c) if "Parameter" in why else None
+        if repaired is not None and refusal(repaired, c) is None:
+            return Planned(repaired, s.name)
         refused.append((s.name, found.fix, why))
     shape = culprit_shape(first, c)
     if refused:
