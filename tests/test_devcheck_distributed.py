@@ -264,6 +264,7 @@ def _two_ranks(*cases: tuple[str, str]) -> list[list[dict[str, Any]]]:
 
 
 @pytest.mark.slow
+@pytest.mark.emulate  # each rank starts it (torch 2.3+)
 def test_ranks_on_one_gpu_get_set_device_before_the_group(tmp_path: Any) -> None:
     """No set_device: every rank's model on cuda:0, and DDP's constructor fails with NCCL's
     "Duplicate GPU detected" (csguoh/MambaIR#39, NVIDIA/Megatron-LM#661). Each rank's
