@@ -411,3 +411,29 @@ def test_a_helper_that_moved_one_argument_converts_the_other_by_its_own_name(
     )
     outcome = _solved(shell, case)
     assert outcome.fix == "return np.asarray(X).sum() + np.asarray(y.detach().cpu()).sum()"
+
+
+# ---------------------------------------------------------------- objects that hold tensors
+
+
+def test_the_optimizer_state_strategy_names_the_state_it_moves() -> None:
+    # microsoft/Cream#2: the optimizer's state left on another device than its parameters.
+    # When no name on the failing line holds the odd tensor, the fix still names the state.
+    import torch
+
+    from torchdevmagic.diagnosis.planner import PlanContext
+    from torchdevmagic.diagnosis.planner import strategies as st
+    from torchdevmagic.diagnosis.tracing import Tracer
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    context = PlanContext(
+        "device_mismatch", Tracer([], {"opt": opt}, "cuda:0"), [], torch=torch, source="opt.step()"
+    )
+    plan = st.optimizer_state(None, context)
+    assert plan is not None and plan.fix == "opt.load_state_dict(opt.state_dict())"
+    assert plan.culprit is not None
+    assert plan.culprit.expression == "opt.state"
+    assert plan.culprit.devices == ("cpu",)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 from torchdevmagic import safe
 from torchdevmagic.diagnosis import culprits as cp
+from torchdevmagic.diagnosis import fixes as fx
 from torchdevmagic.diagnosis.culprits import Value
 from torchdevmagic.safe.paths import attribute_path, item_path
 
@@ -252,3 +253,28 @@ def _optimizer_children(path: str, opt: Any) -> list[Child]:
             if safe.is_tensor(t):
                 out.append((f"{path}.state[...][{k!r}]", t, path, "state"))
     return out
+
+
+def state_devices(optimizer: Any, torch: Any, target: str) -> tuple[str, ...]:
+    """The devices of an optimizer's state tensors that are not ``target`` (its
+    ``state[p][name]``, read through the dicts' own C methods), most common first."""
+    try:
+        attributes = safe.instance_attributes(optimizer)
+        state = dict.get(attributes, "state") if type(attributes) is dict else None
+        if state is None or dict not in safe.mro(safe.class_of(state)):
+            return ()
+    except Exception:
+        return ()
+    counts: dict[str, int] = {}
+    for _, per_param in safe.table_items(state)[:MAX_STATE]:
+        if type(per_param) is not dict:
+            continue
+        for _, t in safe.table_items(per_param)[:MAX_STATE]:
+            found = cp.describe(t, "", torch)
+            for d in found.devices if found is not None and found.kind == "tensor" else ():
+                if not fx.on_device((d,), target):
+                    counts[d] = counts.get(d, 0) + 1
+    return tuple(sorted(counts, key=lambda d: -counts[d]))
+
+
+MAX_STATE = 256  # parameters (and entries of each one's state) looked at

@@ -257,7 +257,9 @@ def optimizer_state(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
         f"{name}'s state is on another device than its parameters (loaded before the model "
         "moved): load_state_dict moves each state tensor to its parameter's device"
     )
-    return Plan(f"{name}.load_state_dict({name}.state_dict())", note=why)
+    off = ow.state_devices(dict.get(namespace, name), c.torch, c.target)
+    found = Value(f"{name}.state", "object", "dict", off) if off else None
+    return Plan(f"{name}.load_state_dict({name}.state_dict())", note=why, culprit=found)
 
 
 def dtype_made_in_cell(v: Optional[Value], c: PlanContext) -> Optional[Plan]:
