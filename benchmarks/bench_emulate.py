@@ -8,9 +8,9 @@ MLP, width 64, learned positions, dropout 0.1, the head tied to the token embedd
 kornia's augmentation pipeline on a batch of images (only where kornia imports: it is no
 dependency of this project), and a tiny elementwise op (``x + 1`` on 16 floats), without and
 with ``requires_grad`` (the second records an autograd graph, on the CPU tensor inside the
-emulated one). Reported:
-the median ratio emulated/CPU with its spread over rounds for the steps (target <= 1.5x),
-and the median added time per op (target <= 30 us). Both sides run the same code on the
+emulated one). Reported: the median ratio emulated/CPU with its interquartile range and its
+range over rounds for the steps (target <= 1.5x), the median added time per op (target <= 30
+us), and the machine's load average at the start and the end. Both sides run the same code on the
 same inputs. Each figure is given twice: on the wall clock, and in process CPU time, which a
 loaded machine (other processes taking turns on its cores) inflates far less.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import time
 from typing import Any, Callable
@@ -241,9 +242,11 @@ def paired(make: Callable[[str], Callable[[], Any]], rounds: int, n: int) -> Pai
     return out
 
 
-def ratios(cpu: list[float], emu: list[float]) -> tuple[float, float, float]:
+def ratios(cpu: list[float], emu: list[float]) -> tuple[float, float, float, float, float]:
+    """Median of the per-round ratios emulated / CPU, its quartiles, its range."""
     r = sorted(e / c for c, e in zip(cpu, emu))
-    return statistics.median(r), r[0], r[-1]
+    q1, q3 = (r[0], r[-1]) if len(r) < 2 else statistics.quantiles(r, n=4, method="inclusive")[::2]
+    return statistics.median(r), q1, q3, r[0], r[-1]
 
 
 _CLOCKS = {"wall": "wall clock", "cpu": "process CPU time"}
@@ -270,6 +273,7 @@ def main() -> None:
         parser.error(f"--only: unknown {','.join(sorted(only - set(_WORK)))}")
     torch.set_num_threads(1)  # steadier on a shared machine; both sides alike
     print(f"torch {torch.__version__}, {args.rounds} interleaved rounds, 1 thread")
+    load = os.getloadavg()[0]
     lines: dict[str, list[str]] = {clock: [] for clock in _CLOCKS}
     steps = [(name, make) for key, (name, make) in _STEPS.items() if key in only]
     if "kornia" in only and not has_kornia():
@@ -277,11 +281,11 @@ def main() -> None:
         steps = [(name, make) for name, make in steps if make is not kornia_augmentation]
     for name, make in steps:
         for clock, (cpu, emu) in paired(make, args.rounds, args.steps).items():
-            med, lo, hi = ratios(cpu, emu)
+            med, q1, q3, lo, hi = ratios(cpu, emu)
             lines[clock].append(
                 f"{name:26s} cpu {statistics.median(cpu) * 1e3:7.2f} ms  emulated "
                 f"{statistics.median(emu) * 1e3:7.2f} ms  ratio {med:.2f}x "
-                f"(rounds {lo:.2f}-{hi:.2f}; target <= 1.5x)"
+                f"(IQR {q1:.2f}-{q3:.2f}, rounds {lo:.2f}-{hi:.2f}; target <= 1.5x)"
             )
     tiny = (("tiny op x + 1 (16 floats)", tiny_op), ("same, requires_grad", tiny_op_grad))
     for name, make in tiny if "op" in only else ():
@@ -295,6 +299,7 @@ def main() -> None:
     for clock, title in _CLOCKS.items():
         print(f"-- {title}")
         print("\n".join(lines[clock]))
+    print(f"load average (1 min): {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":
