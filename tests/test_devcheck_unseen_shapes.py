@@ -17,6 +17,7 @@ not read: each from a public report, each fix pasted where the tool says and the
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -248,11 +249,13 @@ def test_a_name_a_comprehension_binds_is_moved_inside_it(shell: Any) -> None:
         "https://github.com/pytorch/pytorch/issues/52041",
         FEATURES,
         "y = model(feats)",
-        "f",
+        None,
     )
     outcome = _solved(shell, case)
-    assert "[conv(f.to(" in outcome.fix
-    assert outcome.fix.startswith("outs = ")
+    if sys.version_info < (3, 12):  # the comprehension's own frame names f
+        assert outcome.fix == "outs = [conv(f.to(DEVICE)) for conv, f in zip(self.convs, feats)]"
+    else:  # inlined (PEP 709): f is gone when the error is read; the list is rebuilt
+        assert outcome.fix == "feats = list(t.to(DEVICE) for t in feats)"
 
 
 MASKS = PRE + (
@@ -364,7 +367,8 @@ class Visualizer:
     def plot_current_errors(self, errors):
         for k, v in errors.items():
             self.plot_data.setdefault(k, []).append(v)
-        return {k: np.array(v).mean() for k, v in self.plot_data.items()}
+        ys = self.plot_data["loss"]
+        return np.array(ys).mean()
 """
 
 
@@ -384,7 +388,7 @@ def test_numpy_over_a_list_of_gpu_tensors_in_a_file_without_torch(shell: Any) ->
     )
     outcome = _solved(shell, case)
     assert "torch." not in outcome.fix
-    assert "np.array([t.detach().cpu().numpy() for t in v])" in outcome.fix
+    assert outcome.fix == "return np.array([t.detach().cpu().numpy() for t in ys]).mean()"
 
 
 PLOT = """import numpy as np
