@@ -169,6 +169,30 @@ def test_a_dict_unpacked_into_a_call_moves_whole(shell: Any) -> None:
     assert outcome.fix == "inputs = {k: t.to(DEVICE) for k, t in inputs.items()}"
 
 
+@pytest.mark.emulate
+def test_labels_cloned_from_an_unpacked_dict_move_with_it(shell: Any) -> None:
+    # huggingface/transformers#31975's shape with the labels cloned from the dict in the cell
+    # before the move: rebuilding the dict alone leaves them to fail next, at the loss.
+    setup = INPUTS.replace(", labels):", "):").replace(
+        "        return F.cross_entropy(logits.view(-1, 10), labels.view(-1))\n",
+        "        return logits\n",
+    )
+    case = _case(
+        "labels_cloned_from_unpacked_inputs",
+        "https://github.com/huggingface/transformers/issues/31975",
+        setup.replace('inputs["labels"] = inputs["input_ids"].clone()\n', ""),
+        'labels = inputs["input_ids"].clone()\n'
+        'inputs["input_ids"] = inputs["input_ids"].to(DEVICE)\n'
+        "out = model(**inputs)\n"
+        "loss = F.cross_entropy(out.view(-1, 10), labels.view(-1))",
+        "attention_mask",
+    )
+    outcome = _solved(shell, case)
+    assert outcome.fix == (
+        "inputs = {k: t.to(DEVICE) for k, t in inputs.items()}; labels = labels.to(DEVICE)"
+    )
+
+
 SCHEDULER = """import torch, numpy as np
 class Scheduler:
     def __init__(self, n=100):

@@ -298,7 +298,30 @@ def unpacked_dict_plan(tr: Scope, v: Value) -> Optional[Plan]:
             note = f"{v.local} comes from **{name}, whose other tensors are off the device too"
             at = caller.stmt.lineno
             if caller.is_cell:
+                made = _made_before_read_after(tr, caller, at, name)
+                if made:  # labels cloned from the dict before the move: they fail next
+                    line += "; " + moved_together(made, dev)
                 return Plan(line, at, caller.frame.f_code.co_filename, insert=True, note=note)
             plan = tr.in_function(caller, line, at, name)
             return replace(plan, insert=True, note=note)
     return None
+
+
+def _made_before_read_after(tr: Scope, cell: Any, lineno: int, skip: str) -> list[str]:
+    """Tensors the cell makes before line ``lineno`` and reads from that line on, still off
+    target (``labels = inputs["input_ids"].clone()`` before the move): the rest of the cell
+    would fail on them next."""
+    if cell.tree is None:
+        return []
+    later = [
+        n.id
+        for stmt in cell.tree.body
+        if stmt.lineno >= lineno
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id != skip
+    ]
+    out: list[str] = []
+    for name in dict.fromkeys(later):
+        if fm.assignments_before(cell.tree, lineno, name) and _off_in_ns(tr, cell, name):
+            out.append(name)
+    return out
