@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 from functools import partial
 from typing import Any, Callable
@@ -104,6 +105,7 @@ class _Loaded:
 
     def __init__(self, shell: Any) -> None:
         self.shell = shell
+        self.pid = os.getpid()  # a fork()ed child (a launcher's rank) differs: see forked()
         self.stubs: dict[tuple[str, str], Callable[..., Any]] = {}
         self.stand_ins: dict[str, _StandIn] = {}  # class name -> its registry stand-in
         self.instances: dict[str, Any] = {}  # spec -> Magics instance, in the order made
@@ -226,6 +228,13 @@ def _first_cell_watch(*_: Any) -> None:
 
 # id(shell) -> its namespace, for the watch of CUDA's first initialisation once torch comes
 _WATCHING: dict[int, Any] = {}
+
+
+def forked(shell: Any) -> bool:
+    """Whether this process is a fork()ed child of the one that loaded the extension into
+    ``shell`` (a rank of accelerate's ``notebook_launcher``, a DataLoader worker)."""
+    loaded = _LOADED.get(id(shell))
+    return loaded is not None and loaded.pid != os.getpid()
 
 
 def unload(shell: Any) -> None:

@@ -21,6 +21,14 @@ def show(shell: Any, result: Any) -> None:
         # (code with no place to break) is printed whole, for the terminal to wrap.
         Console(highlight=False, markup=False).print(Trimmed(result.__rich__()), crop=False)
         return
+    from torchdevmagic.magics import forked
+
+    if forked(shell):
+        # ipykernel drops a display message a fork()ed child sends before that child has
+        # printed ("attempted to send message from fork", jupyter_client's Session); its
+        # stdout reaches the notebook
+        print(result.to_text(), flush=True)
+        return
     from IPython.display import display
 
     display(result)
