@@ -130,7 +130,8 @@ BAD_FORK = "Cannot re-initialize CUDA in forked subprocess"
 
 
 def _kernel_run(tmp_path: Path, cells: list[str]) -> list[tuple[str, str, str]]:
-    """Each cell's (stream and display text, error name, error value) in one kernel."""
+    """Each cell's (stream, display and traceback text, error name, error value) in one
+    kernel."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     from _kernel import kernel_manager
@@ -155,6 +156,7 @@ def _kernel_run(tmp_path: Path, cells: list[str]) -> list[tuple[str, str, str]]:
                 text.append(output.data.get("text/plain", ""))
             elif output.output_type == "error":
                 name, value = output.ename, output.evalue
+                text.append(re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output.traceback)))
         seen.append(("".join(text), name, value))
     return seen
 
@@ -180,6 +182,7 @@ def test_notebook_launcher_forks_two_emulating_ranks_then_refuses_after_cuda(
             TRAIN,
             "x = torch.ones(1, device='cuda')\nlaunch()",
             "import os\nos.environ['ACCELERATE_DEBUG_MODE'] = 'true'\nlaunch()",
+            "%%devcheck\nos.environ.pop('ACCELERATE_DEBUG_MODE')\nlaunch()",
         ],
     )
     out, error, _ = seen[1]
@@ -206,3 +209,9 @@ def test_notebook_launcher_forks_two_emulating_ranks_then_refuses_after_cuda(
     assert value.startswith(
         "An issue was found when verifying a stable environment for the notebook launcher."
     ), value
+    # %%devcheck over the launcher's failure: the launcher's words, the line that started CUDA
+    out, error, value = seen[4]
+    assert error == "ChildFailedError", seen[4]
+    assert "before notebook_launcher forked its workers" in out, out
+    assert "CUDA was first initialised at" in out and "x = torch.ones(1, device='cuda')" in out, out
+    assert "DataLoader" not in out, out

@@ -304,6 +304,8 @@ _RUNTIME = (
 
 def cuda_runtime(c: Ctx) -> Diagnosis:
     what = str(c.match.details.get("what", "")).replace(" when calling", "")
+    if "forked" in what and _launched(c):
+        what = "could create a forked subprocess"  # torch's words, from the launcher's fork
     summary, note = _RUNTIME[-1][1:]  # the rule matches nothing else
     for key, words, hint in _RUNTIME:
         if key in what:
@@ -318,6 +320,14 @@ def cuda_runtime(c: Ctx) -> Diagnosis:
         notes=notes,
         **c.base,
     )
+
+
+def _launched(c: Ctx) -> bool:
+    """Whether the fork was accelerate's ``notebook_launcher``'s: since accelerate 1.x its own
+    check is skipped and each forked worker fails with torch's words, which the launcher
+    re-raises (torch elastic's ``ChildFailedError``) from inside ``notebook_launcher``."""
+    frames = [fr.frame for fr in c.frames] + list(c.library_frames)
+    return any(f.f_code.co_name == "notebook_launcher" for f in frames)
 
 
 def _first_init_note(c: Ctx) -> str:
