@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import io
 import sys
+import warnings
 from typing import Any
 
 import pytest
@@ -358,6 +359,30 @@ def test_limits_are_one_line_errors(emu: Any) -> None:
     with pytest.raises(EmulationUnsupported, match="has no CPU kernel") as info:
         torch.ops.tdm_emu_test.cuda_only(torch.ones(2, device="cuda"))
     assert "\n" not in str(info.value)
+
+
+def test_sparse_and_nested_tensors_are_refused_in_one_line(emu: Any) -> None:
+    """A GPU holds sparse and nested tensors; the emulated GPU cannot (its tensors wrap one
+    dense CPU storage each). Moving one there, or an op that makes one there, is refused in
+    one line naming what is not emulated, not with torch's internal storage errors."""
+    from torchdevmagic.emulate import EmulationUnsupported
+
+    sparse = torch.eye(3).to_sparse()
+    for make in (
+        sparse.cuda,
+        lambda: sparse.to("cuda"),
+        lambda: torch.eye(3, device="cuda").to_sparse(),
+        lambda: torch.eye(3).to_sparse_csr().cuda(),
+    ):
+        with pytest.raises(EmulationUnsupported, match=r"^sparse tensors \(torch\.sparse_") as info:
+            make()
+        assert "\n" not in str(info.value) and ".to_dense()" in str(info.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the nested API's prototype warning
+        nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    with pytest.raises(EmulationUnsupported, match=r"^nested tensors on the emulated GPU"):
+        nested.cuda()
+    assert (sparse.to_dense().cuda() @ torch.ones(3, device="cuda")).tolist() == [1.0] * 3
 
 
 def test_autocast_and_grad_scaler_run(emu: Any) -> None:

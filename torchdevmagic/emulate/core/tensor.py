@@ -22,9 +22,10 @@ import torch
 
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import syncs as _syncs
-from torchdevmagic.emulate.core.errors import unpinned
+from torchdevmagic.emulate.core.errors import EmulationUnsupported, unpinned
 
 _META = torch.device("meta")
+_STRIDED = torch.strided
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _no_torch_function = torch._C.DisableTorchFunction
 
@@ -181,6 +182,8 @@ class EmulatedTensor(torch.Tensor):
 def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     """A fresh emulated tensor over ``inner`` (counted against the device's memory)."""
     __tracebackhide__ = True  # IPython and pytest show the caller
+    if inner.layout is not _STRIDED or inner.is_nested:
+        raise _not_dense(inner)
     hook = on_new_storage
     if hook is not None and inner._base is None:
         hook(device, inner)
@@ -201,6 +204,20 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     if grad and inner.is_leaf:  # (an op's result has a grad_fn: not a leaf)
         on_grad_leaf(t)  # its gradients fill the wrapper's .grad when made
     return t
+
+
+def _not_dense(inner: torch.Tensor) -> BaseException:
+    """Only dense tensors live on the emulated GPU (each is a wrapper over one CPU tensor's
+    strided storage): a sparse or nested tensor is refused in one line, where torch's own
+    words would be an internal error about storage or sizes."""
+    if inner.is_nested:
+        what, dense = "nested tensors", "pad it (torch.nested.to_padded_tensor)"
+    else:
+        what, dense = f"sparse tensors ({inner.layout})", "make it dense (.to_dense())"
+    return EmulationUnsupported(
+        f"{what} on the emulated GPU are not emulated: keep this one on the CPU, or {dense} "
+        "for the emulated run"
+    )
 
 
 # The keys of an emulated tensor's own dict that are the emulator's (a user's, and
