@@ -303,7 +303,7 @@ TABLE: tuple[Rule, ...] = (
     ),
     Row(
         "same_scalar_type",  # index_add_, index_copy_
-        r"(\w+) \((\w+)\) and (\w+) \((\w+)\) must have the same scalar type",
+        r"(?<!\w)(\w+) \((\w+)\) and (\w+) \((\w+)\) must have the same scalar type",
         DTYPE, expected=2, odd=4, argument=3,
     ),
     Row(
