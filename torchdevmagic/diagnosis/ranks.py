@@ -166,33 +166,34 @@ def _load_mapped(c: Ctx, set_device: tuple[Any, ast.stmt, ast.Call]) -> Optional
 
 def _group_bound(c: Ctx) -> Optional[Plan]:
     """``init_process_group(..., device_id=torch.device("cuda", <rank>))``."""
-    found = _call_statement(c, "init_process_group")
-    if found is None:
-        return None
-    fr, stmt, call = found
-    if any(k.arg in ("device_id", None) for k in call.keywords):
-        return None
-    rank = _rank_expression(c, fr, stmt.lineno)
-    if rank == FROM_ENVIRONMENT and not _bound(fr, "os"):
-        return None
-    sp = Splice(stmt)
-    sp.keyword(call, "device_id", f'torch.device("cuda", {rank})')
-    return _replaced(c, fr, sp.text(), stmt)
+    return _keyword_added(c, "init_process_group", "device_id", 'torch.device("cuda", {})')
 
 
 def _barrier_told(c: Ctx) -> Optional[Plan]:
     """``dist.barrier(device_ids=[<rank>])`` on the barrier's own line."""
-    found = _call_statement(c, "barrier")
+    return _keyword_added(c, "barrier", "device_ids", "[{}]", most_args=2)
+
+
+def _keyword_added(
+    c: Ctx, function: str, keyword: str, value: str, most_args: Optional[int] = None
+) -> Optional[Plan]:
+    """The ``function(...)`` statement rewritten with ``keyword=value`` (``value`` formatted
+    with the rank's expression), unless the call already passes it (or ``**kwargs``), has
+    more than ``most_args`` positional arguments, or the rank is read from an ``os`` the
+    scope lacks."""
+    found = _call_statement(c, function)
     if found is None:
         return None
     fr, stmt, call = found
-    if any(k.arg in ("device_ids", None) for k in call.keywords) or len(call.args) > 2:
+    if any(k.arg in (keyword, None) for k in call.keywords):
+        return None
+    if most_args is not None and len(call.args) > most_args:
         return None
     rank = _rank_expression(c, fr, stmt.lineno)
     if rank == FROM_ENVIRONMENT and not _bound(fr, "os"):
         return None
     sp = Splice(stmt)
-    sp.keyword(call, "device_ids", f"[{rank}]")
+    sp.keyword(call, keyword, value.format(rank))
     return _replaced(c, fr, sp.text(), stmt)
 
 
