@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 
 from torchdevmagic.emulate.core import tensor as _tensor
-from torchdevmagic.emulate.core.tensor import wrap
+from torchdevmagic.emulate.core.tensor import SPARSE_PARTS, wrap
 
 # storage ``_cdata`` -> "cuda:N", for the storages of emulated tensors being saved / loaded.
 # Each entry lives from the tensor's __reduce_ex__ to the tag lookup of its storage right after.
@@ -26,11 +26,25 @@ _MARK = "_torchdevmagic_emulated_device"  # set on the storages our deserializer
 
 def reduce_emulated(t: Any, proto: Any) -> Any:
     inner = t.__dict__["_inner"]
+    if inner.layout is not torch.strided:
+        return _reduce_sparse(t, inner)
     _SAVED[inner.untyped_storage()._cdata] = str(t.__dict__["_emulated_device"])
     rebuild, args = inner.__reduce_ex__(proto)[:2]
     if t.requires_grad and not inner.requires_grad and rebuild is torch._utils._rebuild_tensor_v2:
         args = (*args[:4], True, *args[5:])
     return rebuild, args
+
+
+def _reduce_sparse(t: Any, inner: torch.Tensor) -> Any:
+    """A sparse tensor pickles as torch pickles one: its component tensors (emulated, so
+    saved as CUDA tensors) and its size, rebuilt by torch's own sparse rebuild."""
+    parts = [getattr(t, name)() for name in SPARSE_PARTS[inner.layout]]
+    if inner.layout is torch.sparse_coo:
+        return torch._utils._rebuild_sparse_tensor, (
+            inner.layout,
+            (*parts, t.size(), inner.is_coalesced()),
+        )
+    return torch._utils._rebuild_sparse_tensor, (inner.layout, (*parts, t.size()))
 
 
 def tag(storage: Any) -> Optional[str]:

@@ -130,6 +130,8 @@ class EmulatedTensor(torch.Tensor):
         if tensor_contents is None:
             _syncs.synchronizing()  # the values are copied to the host (a blocking copy)
             inner = self.__dict__["_inner"].detach()
+            if inner.layout is not _STRIDED:  # torch's own sparse layout, from its parts
+                return _sparse_repr(self)
             tensor_contents = ts._tensor_str(inner, len("tensor(")) if inner.numel() else "[]"
         text: str = ts._str(self, tensor_contents=tensor_contents)
         prefix = type(self).__name__ + "("
@@ -182,7 +184,11 @@ class EmulatedTensor(torch.Tensor):
 def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     """A fresh emulated tensor over ``inner`` (counted against the device's memory)."""
     __tracebackhide__ = True  # IPython and pytest show the caller
-    if inner.layout is not _STRIDED or inner.is_nested:
+    if inner.layout is not _STRIDED:
+        if inner.layout in SPARSE_PARTS:
+            return _wrap_sparse(inner, device)
+        raise _not_dense(inner)
+    if inner.is_nested:
         raise _not_dense(inner)
     hook = on_new_storage
     if hook is not None and inner._base is None:
@@ -206,14 +212,60 @@ def wrap(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     return t
 
 
+def _sparse_repr(t: EmulatedTensor) -> str:
+    """A sparse tensor's repr as torch writes it (its indices and values, then the device),
+    indented under ``tensor(`` where torch indents under the class's name."""
+    text: str = torch._tensor_str._str(t)
+    prefix = type(t).__name__ + "("
+    if not text.startswith(prefix):
+        return text  # (a Parameter's, as a dense one's)
+    return "tensor(" + text[len(prefix) :].replace("\n" + " " * (len(prefix) - 7), "\n")
+
+
+# The component tensors of each sparse layout: each holds a storage of its own.
+SPARSE_PARTS: dict[Any, tuple[str, ...]] = {
+    torch.sparse_coo: ("_indices", "_values"),
+    torch.sparse_csr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_csc: ("ccol_indices", "row_indices", "values"),
+    torch.sparse_bsr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices", "values"),
+}
+
+
+def _wrap_sparse(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
+    """``wrap`` for a sparse layout: the wrapper takes the layout (no strides, no storage of
+    its own) and the ledger counts each component's storage, as CUDA allocates each."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    hook = on_new_storage
+    if hook is not None:
+        for name in SPARSE_PARTS[inner.layout]:
+            part = getattr(inner, name)()
+            if part._base is None:
+                hook(device, part)
+    t = _make_wrapper(
+        EmulatedTensor,
+        inner.size(),
+        dtype=inner.dtype,
+        layout=inner.layout,
+        device=_META,
+        requires_grad=inner.requires_grad,
+    )
+    d = t.__dict__
+    d["_inner"] = inner
+    d["_emulated_device"] = device
+    if inner.requires_grad and inner.is_leaf:
+        on_grad_leaf(t)
+    return t
+
+
 def _not_dense(inner: torch.Tensor) -> BaseException:
-    """Only dense tensors live on the emulated GPU (each is a wrapper over one CPU tensor's
-    strided storage): a sparse or nested tensor is refused in one line, where torch's own
-    words would be an internal error about storage or sizes."""
+    """Dense and sparse tensors live on the emulated GPU (each is a wrapper over one CPU
+    tensor): a nested tensor, or another layout (mkldnn), is refused in one line, where
+    torch's own words would be an internal error about storage or sizes."""
     if inner.is_nested:
         what, dense = "nested tensors", "pad it (torch.nested.to_padded_tensor)"
     else:
-        what, dense = f"sparse tensors ({inner.layout})", "make it dense (.to_dense())"
+        what, dense = f"tensors of layout {inner.layout}", "make it dense (.to_dense())"
     return EmulationUnsupported(
         f"{what} on the emulated GPU are not emulated: keep this one on the CPU, or {dense} "
         "for the emulated run"

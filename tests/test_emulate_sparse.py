@@ -1,0 +1,215 @@
+"""Sparse tensors on the emulated GPU: a graph network's normalised adjacency moved there
+and multiplied with a dense operand (``torch.spmm``), as GCN code does on a GPU."""
+
+from __future__ import annotations
+
+import gc
+import io
+import pickle
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torchdevmagic.emulate.core import rules as _rules  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support:UserWarning")
+
+
+def _graph(n: int = 40, classes: int = 3, features: int = 12) -> tuple[Any, ...]:
+    """A random graph as a GCN's data loader leaves it: row-normalised features, the
+    symmetric normalised adjacency D^-1/2 (A + I) D^-1/2 as a sparse COO tensor (CPU)."""
+    g = torch.Generator().manual_seed(0)
+    edges = torch.randint(0, n, (2, 3 * n), generator=g)
+    dense = torch.zeros(n, n)
+    dense[edges[0], edges[1]] = 1.0
+    dense = ((dense + dense.t()) > 0).float() + torch.eye(n)
+    d = dense.sum(1).pow(-0.5)
+    adj = (d[:, None] * dense * d[None, :]).to_sparse()
+    x = torch.rand(n, features, generator=g)
+    x = x / x.sum(1, keepdim=True)
+    labels = torch.randint(0, classes, (n,), generator=g)
+    return x, adj, labels, torch.arange(0, n // 2)
+
+
+class GraphConvolution(torch.nn.Module):
+    def __init__(self, fan_in: int, fan_out: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(fan_in, fan_out))
+        self.bias = torch.nn.Parameter(torch.empty(fan_out))
+        bound = 1.0 / fan_out**0.5
+        self.weight.data.uniform_(-bound, bound)
+        self.bias.data.uniform_(-bound, bound)
+
+    def forward(self, x: Any, adj: Any) -> Any:
+        support = torch.mm(x, self.weight)
+        return torch.spmm(adj, support) + self.bias
+
+
+class GCN(torch.nn.Module):
+    def __init__(self, nfeat: int, nhid: int, nclass: int) -> None:
+        super().__init__()
+        self.gc1 = GraphConvolution(nfeat, nhid)
+        self.gc2 = GraphConvolution(nhid, nclass)
+
+    def forward(self, x: Any, adj: Any) -> Any:
+        x = torch.relu(self.gc1(x, adj))
+        # (dropout left out: the emulated GPU's generator is not the CPU's, so its masks differ)
+        return torch.log_softmax(self.gc2(x, adj), dim=1)
+
+
+def _train(device: str, steps: int = 5) -> tuple[list[float], Any]:
+    torch.manual_seed(0)
+    x, adj, labels, idx = _graph()
+    model = GCN(x.shape[1], 16, 3)
+    if device == "cuda":
+        model.cuda()
+        x, adj, labels, idx = x.cuda(), adj.cuda(), labels.cuda(), idx.cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.nll_loss(model(x, adj)[idx], labels[idx])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, (model, adj)
+
+
+def test_a_two_layer_gcn_trains_as_on_the_cpu(emu: Any) -> None:
+    """pygcn's shape: ``adj = adj.cuda()``, ``torch.spmm(adj, support)``, Adam, nll_loss.
+    The same kernels run, so each step's loss equals the CPU run's bit for bit."""
+    cpu, _ = _train("cpu")
+    emulated, (model, adj) = _train("cuda")
+    assert emulated == cpu
+    assert cpu[-1] < cpu[0]
+    assert adj.is_cuda and adj.is_sparse and adj.layout == torch.sparse_coo
+    assert adj.device == torch.device("cuda:0") and adj.get_device() == 0
+    assert all(p.grad is not None and p.grad.device.type == "cuda" for p in model.parameters())
+
+
+def test_what_gcn_code_does_with_a_sparse_tensor_on_the_gpu(emu: Any) -> None:
+    i = torch.tensor([[0, 1, 2, 2, 0], [0, 1, 2, 0, 0]])
+    v = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    cpu = torch.sparse_coo_tensor(i, v, (3, 3))
+    made = torch.sparse_coo_tensor(i.cuda(), v.cuda(), (3, 3), device="cuda")
+    for s in (made, cpu.cuda(), cpu.to("cuda"), cpu.to_dense().cuda().to_sparse()):
+        assert s.is_cuda and s.is_sparse and s.device == torch.device("cuda:0")
+        assert s.layout == torch.sparse_coo and type(s.cpu()) is torch.Tensor
+        assert torch.equal(s.cpu().to_dense(), cpu.to_dense())
+    s = cpu.cuda()
+    assert s._nnz() == 5 and not s.is_coalesced()
+    c = s.coalesce()
+    assert c.is_coalesced() and c._nnz() == 4
+    for part in (c.indices(), c.values(), s._indices(), s._values(), s.to_dense(), c.t()):
+        assert part.is_cuda
+    assert torch.equal(c.indices().cpu(), cpu.coalesce().indices())
+    assert torch.equal(c.t().cpu().to_dense(), cpu.to_dense().t())
+    dense = torch.arange(6.0).reshape(3, 2)
+    want = cpu.to_dense() @ dense
+    for product in (
+        torch.spmm(s, dense.cuda()),
+        torch.sparse.mm(s, dense.cuda()),
+        s @ dense.cuda(),
+        torch.mm(s, dense.cuda()),
+    ):
+        assert product.is_cuda and not product.is_sparse
+        assert torch.equal(product.cpu(), want)
+    total = torch.sparse.sum(s)
+    assert total.is_cuda and total.item() == 15.0
+    by_row = torch.sparse.sum(s, dim=1)
+    assert by_row.is_sparse and torch.equal(by_row.cpu().to_dense(), torch.tensor([6.0, 2, 7]))
+    for result, expect in ((s * 2, cpu * 2), (s + s, cpu + cpu), (2.5 * s, 2.5 * cpu)):
+        assert result.is_cuda and result.is_sparse
+        assert torch.equal(result.cpu().to_dense(), expect.to_dense())
+    # torch's own layout of a sparse repr, with the device as a GPU's shows it
+    assert repr(s) == repr(cpu).replace("size=", "device='cuda:0', size=")
+    assert s.type() == "torch.cuda.sparse.FloatTensor"
+
+
+def test_backward_reaches_the_dense_operand_and_the_sparse_values(emu: Any) -> None:
+    i, v = torch.tensor([[0, 1, 2, 2], [0, 1, 2, 0]]), torch.tensor([1.0, 2.0, 3.0, 4.0])
+    grads = []
+    for device in ("cpu", "cuda"):
+        s = torch.sparse_coo_tensor(i, v, (3, 3), device=device, requires_grad=True)
+        d = torch.arange(6.0, device=device).reshape(3, 2).requires_grad_()
+        (torch.sparse.mm(s, d) ** 2).sum().backward()
+        d2 = torch.ones(3, 2, device=device, requires_grad=True)
+        torch.spmm(s.detach(), d2).sum().backward()
+        assert s.grad.is_sparse and s.grad.device.type == device
+        assert d.grad.device.type == device and d2.grad.device.type == device
+        grads.append([s.grad.cpu().to_dense(), d.grad.cpu(), d2.grad.cpu()])
+    for cpu, emulated in zip(*grads):
+        assert torch.equal(cpu, emulated)
+
+
+def test_a_cpu_sparse_matrix_with_a_gpu_dense_one_fails_as_on_cuda(emu: Any) -> None:
+    """Either side on the CPU: the SparseCUDA kernel's generated wrapper refuses the mix
+    with the dispatcher's words, naming the argument on the other device."""
+
+    def got(name: str, arg: str, common: str, method: str) -> str:
+        return _rules.dispatcher_error(torch.device(common), torch.device(arg), name, method)
+
+    cpu_sparse = torch.eye(3).to_sparse()
+    gpu_sparse, gpu_dense = cpu_sparse.cuda(), torch.ones(3, 2, device="cuda")
+    cases = [
+        (lambda: torch.spmm(cpu_sparse, gpu_dense), got("mat2", "cuda:0", "cpu", "mm")),
+        (lambda: cpu_sparse @ gpu_dense, got("mat2", "cuda:0", "cpu", "mm")),
+        (lambda: torch.spmm(gpu_sparse, gpu_dense.cpu()), got("mat2", "cpu", "cuda:0", "mm")),
+        (lambda: gpu_sparse @ gpu_dense.cpu(), got("mat2", "cpu", "cuda:0", "mm")),
+        (lambda: torch.sparse.mm(cpu_sparse, gpu_dense), got("mat1", "cpu", "cuda:0", "addmm")),
+        (
+            lambda: torch.sparse.mm(gpu_sparse, gpu_dense.cpu()),
+            got("mat1", "cuda:0", "cpu", "addmm"),
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(RuntimeError) as info:
+            call()
+        method = message.replace("method mm)", "method wrapper_SparseCUDA__mm)")
+        method = method.replace("method addmm)", "method wrapper_SparseCUDA__addmm)")
+        assert str(info.value) == method
+
+
+def test_the_ledger_counts_a_sparse_tensor_s_parts(emu: Any) -> None:
+    gc.collect()
+    before = torch.cuda.memory_allocated()
+    i, v = torch.tensor([[0, 1, 2, 2], [0, 1, 2, 0]]), torch.ones(4)
+    s = torch.sparse_coo_tensor(i, v, (3, 3)).cuda()
+    assert torch.cuda.memory_allocated() == before + i.nbytes + v.nbytes
+    values = s._values()  # a view of the counted values: no new memory
+    assert torch.cuda.memory_allocated() == before + i.nbytes + v.nbytes
+    del s, values
+    gc.collect()
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_a_sparse_tensor_saves_and_loads_as_a_cuda_one(emu: Any) -> None:
+    s = torch.sparse_coo_tensor(torch.tensor([[0, 2], [1, 0]]), torch.tensor([1.0, 2]), (3, 3))
+    gpu = s.cuda()
+    buf = io.BytesIO()
+    torch.save({"adj": gpu, "csr": torch.eye(2).to_sparse_csr().cuda()}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert loaded["adj"].is_cuda and loaded["adj"].is_sparse and loaded["csr"].is_cuda
+    assert torch.equal(loaded["adj"].cpu().to_dense(), s.to_dense())
+    back = pickle.loads(pickle.dumps(gpu))
+    assert back.is_cuda and torch.equal(back.cpu().to_dense(), s.to_dense())
+
+
+def test_devices_shows_the_sparse_adjacency_on_the_gpu(emu_shell: Any) -> None:
+    cell = (
+        "import torch\n"
+        "i = torch.tensor([[0, 1, 2, 2], [0, 1, 2, 0]])\n"
+        "adj = torch.sparse_coo_tensor(i, torch.ones(4), (3, 3))\n"
+        "adj = adj.cuda()\n"
+        "out = torch.spmm(adj, torch.ones(3, 2).cuda())\n"
+    )
+    assert emu_shell.run_cell(cell).error_in_exec is None
+    report = emu_shell.run_line_magic("devices", "-o")
+    rows = {r.path: r for r in report.rows}
+    cpu = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2, 2], [0, 1, 2, 0]]), torch.ones(4), (3, 3))
+    assert rows["adj"].device == "cuda:0" and rows["adj"].shape == (3, 3)
+    assert rows["adj"].nbytes == cpu._indices().nbytes + cpu._values().nbytes
+    assert rows["out"].device == "cuda:0"
