@@ -115,6 +115,14 @@ PRESETS = {
                 owner="placement",
             ),
             Family("legacy CUDA tensor types", r"torch\.cuda\.\w+Tensor", owner="placement"),
+            Family(
+                "kornia's own device check refuses a module left on the CPU with images on "
+                "the GPU (seen: test_register_with_shape_mismatch builds an ImageRegistrator "
+                "and never moves it, where test_registration_toy calls .to(device, dtype); "
+                "homography_warp then raises as it would on a GPU)",
+                r"Patch and homography must be on the same device. Got patch.device: cuda",
+                likely_real=True,
+            ),
         ),
     ),
 }
