@@ -172,6 +172,43 @@ def test_a_cpu_sparse_matrix_with_a_gpu_dense_one_fails_as_on_cuda(emu: Any) -> 
         assert str(info.value) == method
 
 
+def test_sparse_sums_and_products_across_devices_fail_as_on_cuda(emu: Any) -> None:
+    """add/sub/mul with a sparse argument reach the SparseCUDA kernels, which check devices
+    themselves, on an output made from self's options (add) or the sparse argument's (mul)."""
+    cpu = torch.eye(3).to_sparse()
+    gpu, gpu1 = cpu.cuda(), cpu.to("cuda:1")
+    improve = (
+        "to be true, but got false.  (Could this error message be improved?  If so, please "
+        "report an enhancement request to PyTorch.)"
+    )
+    cases = [
+        (lambda: gpu + cpu, "add: expected 'other' to be CUDA, but got CPU"),
+        (lambda: cpu + gpu, "add: expected 'self' to be CUDA, but got CPU"),
+        (lambda: gpu - cpu, "add: expected 'other' to be CUDA, but got CPU"),
+        (
+            lambda: torch.ones(3, 3) + gpu,
+            "add: expected 'self' to be a CUDA tensor, but got a CPU tensor",
+        ),
+        (
+            lambda: torch.ones(3, 3, device="cuda") + cpu,
+            "add: expected 'other' to be a CUDA tensor, but got a CPU tensor",
+        ),
+        (
+            lambda: gpu + torch.ones(3, 3),
+            "add(sparse, dense) is not supported. Use add(dense, sparse) instead.",
+        ),
+        (lambda: gpu * cpu, "mul: expected 'other' to be CUDA, but got CPU"),
+        (lambda: cpu * gpu, "mul: expected 'out' to be CUDA, but got CPU"),
+        (lambda: gpu + gpu1, "Expected cuda::check_device({r_, t, src}) " + improve),
+        (lambda: gpu * gpu1, "Expected cuda::check_device({r_, t_, src_}) " + improve),
+    ]
+    for call, message in cases:
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert str(info.value) == message
+    assert torch.equal((torch.ones(3, 3, device="cuda") + gpu).cpu(), torch.ones(3, 3) + cpu)
+
+
 def test_the_ledger_counts_a_sparse_tensor_s_parts(emu: Any) -> None:
     gc.collect()
     before = torch.cuda.memory_allocated()

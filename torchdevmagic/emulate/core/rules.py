@@ -341,8 +341,73 @@ _CONV = {"aten::convolution", "aten::_convolution", "aten::convolution_overridea
 
 _RULE_CACHE: dict[Any, Callable[[Any, Any, Any], Any]] = {}
 
+# add, sub and mul with a sparse COO argument go to the SparseCUDA kernels, whose wrappers do
+# not check devices (the ops opt out for TensorIterator): the kernels check for themselves
+# (add_out_sparse_cuda, add_out_dense_sparse_cuda, mul_out_sparse_cuda in
+# aten/src/ATen/native/sparse/cuda/SparseCUDATensorMath.cu), in this order, on an output
+# made from self's options (add_sparse; sub_sparse is add_sparse) or from the sparse
+# argument's (mul_sparse), in aten/src/ATen/native/sparse/SparseTensorMath.cpp.
+_SPARSE_BINARY = {"aten::add", "aten::sub", "aten::mul"}
+
+
+def _sparse_or(rule: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    def sparse_rule(func: Any, args: Any, kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        values = _schema_values(func, args, kwargs)
+        self: Any = values.get("self")
+        other: Any = values.get("other")
+        if _is_tensor(self) and _is_tensor(other):
+            sparse = (self.layout == torch.sparse_coo, other.layout == torch.sparse_coo)
+            if True in sparse:
+                message = _sparse_binary_error(func._schema.name, self, other, sparse)
+                if message is not None:
+                    raise RuntimeError(message)
+        return rule(func, args, kwargs)
+
+    return sparse_rule
+
+
+def _sparse_binary_error(
+    name: str, self: Any, other: Any, sparse: tuple[bool, bool]
+) -> Optional[str]:
+    on_cpu = (_device(self).type != "cuda", _device(other).type != "cuda")
+    if name == "aten::mul":
+        if on_cpu[0 if sparse[0] else 1]:
+            return "mul: expected 'out' to be CUDA, but got CPU"
+        if not all(sparse) or self.dim() == 0 or other.dim() == 0:
+            return None  # the dense-and-sparse and 0-dim paths: the usual rule
+        if on_cpu[1]:
+            return "mul: expected 'other' to be CUDA, but got CPU"
+        return _check_device_error("{r_, t_, src_}")  # two emulated GPUs
+    if sparse[0] and not sparse[1]:
+        return "add(sparse, dense) is not supported. Use add(dense, sparse) instead."
+    if not sparse[0]:  # add(dense, sparse)
+        for what, cpu in zip(("self", "other"), on_cpu):
+            if cpu:
+                return f"add: expected '{what}' to be a CUDA tensor, but got a CPU tensor"
+        return _check_device_error("{sparse, r_, dense}")  # two emulated GPUs
+    for what, cpu in zip(("self", "other"), on_cpu):
+        if cpu:
+            return f"add: expected '{what}' to be CUDA, but got CPU"
+    return _check_device_error("{r_, t, src}")  # two emulated GPUs
+
+
+def _check_device_error(tensors: str) -> str:
+    """TORCH_CHECK(cuda::check_device({...})) without a message: the condition's text."""
+    return (
+        f"Expected cuda::check_device({tensors}) to be true, but got false.  (Could this "
+        "error message be improved?  If so, please report an enhancement request to PyTorch.)"
+    )
+
 
 def _classify(func: Any) -> Callable[[Any, Any, Any], Any]:
+    rule = _classify_dense(func)
+    if func._schema.name in _SPARSE_BINARY and func._overloadname == "Tensor":
+        return _sparse_or(rule)
+    return rule
+
+
+def _classify_dense(func: Any) -> Callable[[Any, Any, Any], Any]:
     schema_name = func._schema.name
     if schema_name in _NEVER_CHECKED or schema_name.startswith("aten::_nested"):
         return _no_check
