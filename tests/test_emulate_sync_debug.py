@@ -54,6 +54,26 @@ SYNCING: dict[str, Callable[[dict[str, Any]], Any]] = {
     "bincount": lambda t: torch.bincount(t["labels"]),
     "equal": lambda t: torch.equal(t["x"], t["x"]),
     "stream synchronize": lambda t: torch.cuda.current_stream().synchronize(),
+    # syncs inside an op's own C++, found by the aten op the call reaches
+    "index by a boolean mask": lambda t: t["x"][t["x"] > 0.5],
+    "index by a CPU index": lambda t: t["x"][t["ind"].cpu()],
+    "set through a mask, a GPU value": lambda t: t["x"].__setitem__(t["x"] > 0.5, t["y"]),
+    "set through a CPU index": lambda t: t["x"].__setitem__(t["ind"].cpu(), t["y"]),
+    "where(mask)": lambda t: torch.where(t["x"] > 0.5),
+    "argwhere": lambda t: torch.argwhere(t["x"]),
+    "nonzero as_tuple": lambda t: t["x"].nonzero(as_tuple=True),
+    "if t:": lambda t: 1 if t["y"] else 0,
+    "one_hot without num_classes": lambda t: torch.nn.functional.one_hot(t["ind"]),
+    "unique": lambda t: torch.unique(t["labels"]),
+    "unique_consecutive": lambda t: t["labels"].unique_consecutive(),
+    "multinomial without replacement": lambda t: torch.multinomial(t["x"], 2),
+    "histc over the values' range": lambda t: torch.histc(t["x"], bins=4),
+    "linalg.inv's error check": lambda t: torch.linalg.inv(torch.eye(2, device="cuda") * 2),
+    "a blocking copy from the host": lambda t: torch.ones(3).cuda(),
+    "torch.tensor of data on the GPU": lambda t: torch.tensor([1.0, 2.0], device="cuda"),
+    "backward through a mask": lambda t: (
+        t["x"].clone().requires_grad_()[t["x"] > 0.5].sum().backward()
+    ),
 }
 # ...and what stays on it.
 ON_THE_GPU: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -75,6 +95,17 @@ ON_THE_GPU: dict[str, Callable[[dict[str, Any]], Any]] = {
     "non-blocking copy to the host": lambda t: t["x"].to("cpu", non_blocking=True),
     "torch.cuda.synchronize": lambda t: torch.cuda.synchronize(),
     "event synchronize": lambda t: torch.cuda.Event().synchronize(),
+    # masked_fill_'s path: one mask on the GPU, a number (canDispatchToMaskedFill)
+    "set through a mask, a number": lambda t: t["x"].__setitem__(t["x"] > 0.5, 1.0),
+    "set through a GPU index": lambda t: t["x"].__setitem__(t["ind"], t["y"]),
+    "masked_fill": lambda t: t["x"].masked_fill(t["x"] > 0.5, 0.0),
+    "where(mask, a, b)": lambda t: torch.where(t["x"] > 0.5, t["x"], 0.0),
+    "histc with a range": lambda t: torch.histc(t["x"], bins=4, min=0, max=1),
+    "multinomial with replacement": lambda t: torch.multinomial(t["x"], 3, replacement=True),
+    "linalg.inv_ex (no error check)": lambda t: torch.linalg.inv_ex(torch.eye(2, device="cuda")),
+    "a non-blocking copy from the host": lambda t: torch.ones(3).cuda(non_blocking=True),
+    "a factory on the GPU": lambda t: torch.full((3,), 2.0, device="cuda"),
+    "repeat_interleave by a number": lambda t: t["x"].repeat_interleave(2),
 }
 
 
@@ -154,3 +185,23 @@ def test_a_new_session_starts_with_the_mode_off() -> None:
     with emulate_cuda():
         assert torch.cuda.get_sync_debug_mode() == 0
         torch.ones(2, device="cuda").sum().item()
+
+
+@pytest.mark.usefixtures("quiet_prototype_notice")
+def test_warn_mode_warns_once_for_a_sync_inside_an_op() -> None:
+    with emulate_cuda():
+        x = torch.arange(6.0, device="cuda")
+        labels = torch.tensor([0, 2, 1], device="cuda")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                kept = x[x > 2]
+                hot = torch.nn.functional.one_hot(labels)
+                x[x > 4] = 0.0  # masked_fill_: no wait
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert kept.tolist() == [3.0, 4.0, 5.0] and kept.device.type == "cuda"
+        assert hot.shape == (3, 3) and hot.device.type == "cuda"
+        assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 0.0]
+        assert [(w.category, str(w.message)) for w in seen] == [(UserWarning, SYNC)] * 2

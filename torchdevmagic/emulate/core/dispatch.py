@@ -83,6 +83,8 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         redispatch = _rules.check(func, args, kwargs)
         if redispatch is not None:
             return redispatch(*args, **kwargs)
+    if _syncs.debug_mode:
+        _syncs.at_dispatch(func, args, kwargs, _on_host)
     if device is None:
         device = _rules.first_emulated_device(args, kwargs)
     try:
@@ -92,6 +94,10 @@ def run(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     except (IndexError, RuntimeError) as exc:  # a device-side assert, where CUDA checks
         raise refused(_faults.failed(func, args, exc), device) from None
     return _wrap_out(out, flat, device, state[2])
+
+
+def _on_host(t: Any) -> bool:
+    return type(t) is not EmulatedTensor
 
 
 def _collective(func: Any, args: Any, new: Any, device: Any, held: Any) -> Any:

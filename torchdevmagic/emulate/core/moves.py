@@ -56,6 +56,9 @@ def to_device(
             moved = inner.to(_CPU, dtype, copy=True, memory_format=fmt)
         except RuntimeError as exc:
             raise refused(exc, target) from None
+        if source.type == "cpu" and not non_blocking and inner.numel():
+            # a blocking copy from the host is memcpy_and_sync too (pytorch#120996)
+            _syncs.synchronizing()
         return wrap(moved, target)
     if target.type == "cpu" and type(x) is EmulatedTensor:
         # a copy to the host waits for the GPU; a blocking one (memcpy_and_sync) is seen by

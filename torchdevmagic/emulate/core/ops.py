@@ -131,8 +131,8 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     elif len(inputs) > 1 and func in _sizes.BROADCASTS and _tensor.ledger is not None:
         _sizes.broadcast_check(func, new_args, new_kwargs, device)
     try:
-        if autocast_regions:
-            out = _autocast.call(func, new_args, new_kwargs)
+        if autocast_regions or _syncs.debug_mode:
+            out = _watched_call(func, new_args, new_kwargs)
         else:
             out = func(*new_args, **new_kwargs)
     except NotImplementedError as exc:
@@ -147,19 +147,26 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 return w  # in-place and out= ops return their argument
         return wrap(out, device)
     if not isinstance(out, tuple):  # item(), tolist(), bool(x), repr(x): read by the host
-        _syncs.returned(func)
+        _syncs.mark()
     return _wrap_out(out, inputs, (), device)
+
+
+def _watched_call(func: Any, args: list[Any], kwargs: Any) -> Any:
+    """``func`` on the CPU tensors in an autocast region (CUDA's casts) or under CUDA's sync
+    debug mode (the aten ops it reaches are watched for a GPU's waits)."""
+    __tracebackhide__ = True  # IPython and pytest show the caller
+    if autocast_regions:
+        call: Any = lambda: _autocast.call(func, args, kwargs)  # noqa: E731
+    else:
+        call = lambda: func(*args, **kwargs)  # noqa: E731
+    return _syncs.watched(func, call, args, kwargs) if _syncs.debug_mode else call()
 
 
 def _waiting(rule: Any, func: Any) -> Any:
     """``rule``, and the host waits for the GPU (an output size read from its values)."""
 
     def waits(args: Any, kwargs: Any) -> Any:
-        __tracebackhide__ = True  # IPython and pytest show the caller
-        if _syncs.seen_by_debug_mode(func, args, kwargs):
-            _syncs.synchronizing()
-        else:
-            _syncs.mark()
+        _syncs.mark()
         return rule(args, kwargs) if rule is not None else None
 
     return waits

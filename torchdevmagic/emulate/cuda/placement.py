@@ -147,12 +147,17 @@ class PlacementMode(TorchFunctionMode):
             if func is not torch.tensor:  # (which makes it on the CPU, then moves it)
                 raise RuntimeError("Only dense CPU tensors can be pinned")  # empty_cuda's
             kwargs["pin_memory"] = False
+        # torch.tensor(data, device="cuda") makes it on the host, then copies it over with
+        # a blocking copy (internal_new_from_data), which CUDA's sync debug mode sees
+        uploads = func in _FROM_DATA and not (args and type(args[0]) is EmulatedTensor)
         args = [inner_of(a) for a in args]
         _sizes.factory_check(func, args, kwargs, target)  # before it is made, as a GPU refuses
         try:
             out = func(*args, **kwargs)
         except RuntimeError as exc:
             raise refused(exc, target) from None
+        if uploads and isinstance(out, torch.Tensor) and out.numel():
+            _syncs.synchronizing()
         if isinstance(out, torch.Tensor) and type(out) is not EmulatedTensor:
             result = wrap(out.detach() if out.requires_grad else out, target)
             if grad:
@@ -298,7 +303,10 @@ class PlacementMode(TorchFunctionMode):
         target = self.devices.resolve(self.devices.current if device is None else device)
         if target is None:  # .cuda("cpu") and the like: CUDA would refuse them too
             raise RuntimeError("Invalid device, must be cuda device")  # THPVariable_cuda's
-        return to_device(x, target, memory_format=kwargs.get("memory_format"))
+        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+        return to_device(
+            x, target, memory_format=kwargs.get("memory_format"), non_blocking=non_blocking
+        )
 
     def _cpu(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
