@@ -47,6 +47,8 @@ _PLAIN = frozenset({int, float, bool, complex, str, type(None), torch.dtype, sli
 # autocast("cuda") regions open (any thread), counted by the session's autocast stand-in
 # (cuda/autocast.Regions): an op outside every region pays this one test, not a call into torch.
 autocast_regions = 0
+# CUDA's sync debug mode is on (set with it by the session): calls are watched for waits.
+sync_watch = False
 
 
 def _take(x: Any, st: list[Any]) -> Any:
@@ -131,7 +133,7 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     elif len(inputs) > 1 and func in _sizes.BROADCASTS and _tensor.ledger is not None:
         _sizes.broadcast_check(func, new_args, new_kwargs, device)
     try:
-        if autocast_regions or _syncs.debug_mode:
+        if autocast_regions or sync_watch:
             out = _watched_call(func, new_args, new_kwargs)
         else:
             out = func(*new_args, **new_kwargs)
@@ -159,7 +161,7 @@ def _watched_call(func: Any, args: list[Any], kwargs: Any) -> Any:
         call: Any = lambda: _autocast.call(func, args, kwargs)  # noqa: E731
     else:
         call = lambda: func(*args, **kwargs)  # noqa: E731
-    return _syncs.watched(func, call, args, kwargs) if _syncs.debug_mode else call()
+    return _syncs.watched(func, call, args, kwargs) if sync_watch else call()
 
 
 def _waiting(rule: Any, func: Any) -> Any:

@@ -69,12 +69,12 @@ _PROTOTYPE = [
 ]
 
 
-def set_debug_mode(mode: object) -> None:
+def set_debug_mode(mode: object, stacklevel: int = 3) -> None:
     """``torch._C._cuda_set_sync_debug_mode``, with its checks (torch/csrc/cuda/Module.cpp):
     ``torch.cuda.set_sync_debug_mode`` has turned a name into 0, 1 or 2 already."""
     global debug_mode
     if _PROTOTYPE:  # TORCH_WARN_ONCE: once a process
-        warnings.warn(_PROTOTYPE.pop(), UserWarning, stacklevel=3)
+        warnings.warn(_PROTOTYPE.pop(), UserWarning, stacklevel=stacklevel)
     if not isinstance(mode, numbers.Integral) or isinstance(mode, bool):
         raise RuntimeError("invalid argument to set_sync_debug_mode")
     value = int(mode)

@@ -22,6 +22,7 @@ from torchdevmagic.emulate.core import errors as _errors
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
+from torchdevmagic.emulate.core import ops as _ops
 from torchdevmagic.emulate.core import serialize as _serialize
 from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.core import tensor as _tensor
@@ -332,11 +333,17 @@ def _fresh_context(p: _patches.Patcher) -> None:
     _sync_debug_off()
     p.call(_sync_debug_off)
     p.set(torch._C, "_cuda_get_sync_debug_mode", _syncs.get_debug_mode)
-    p.set(torch._C, "_cuda_set_sync_debug_mode", _syncs.set_debug_mode)
+    p.set(torch._C, "_cuda_set_sync_debug_mode", _set_sync_debug_mode)
+
+
+def _set_sync_debug_mode(mode: object) -> None:
+    _syncs.set_debug_mode(mode, stacklevel=4)
+    _ops.sync_watch = _syncs.debug_mode != 0  # (one test of a module global per op)
 
 
 def _sync_debug_off() -> None:
     _syncs.debug_mode = 0
+    _ops.sync_watch = False
 
 
 def _distributed(p: _patches.Patcher, mode: PlacementMode) -> None:
