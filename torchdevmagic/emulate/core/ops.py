@@ -27,6 +27,7 @@ from torchdevmagic.emulate.core import dispatch as _dispatch
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
+from torchdevmagic.emulate.core import kernel_checks as _kernel_checks
 from torchdevmagic.emulate.core import refusals as _refusals
 from torchdevmagic.emulate.core import rules as _rules
 from torchdevmagic.emulate.core import sizes as _sizes
@@ -175,6 +176,8 @@ def _waiting(rule: Any, func: Any) -> Any:
 
 
 _BEFORE: dict[Any, Any] = dict(_refusals.TABLE)
+for _f, _rule in _kernel_checks.TABLE.items():
+    _BEFORE[_f] = _kernel_checks.chained(_rule, _BEFORE.get(_f))
 for _f in _syncs.WAITING:
     _BEFORE[_f] = _waiting(_BEFORE.get(_f), _f)
 
