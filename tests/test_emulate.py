@@ -35,6 +35,7 @@ def _touched_modules() -> list[Any]:
     import torch.serialization
     import torch.utils._foreach_utils
     import torch.utils.data._utils.pin_memory
+    import torch.utils.dlpack
 
     mods = [
         torch,
@@ -53,6 +54,8 @@ def _touched_modules() -> list[Any]:
         torch.utils._foreach_utils,
         torch._C,
         torch._C._functions,
+        torch._C._nested,
+        torch.utils.dlpack,
     ]
     for name in ("accelerator", "distributed"):
         if hasattr(torch, name):

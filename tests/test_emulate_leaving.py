@@ -107,7 +107,7 @@ SNAPSHOT = """\
 import sys, torch
 import torch.amp.autocast_mode, torch.distributed, torch.nn.parallel._functions
 import torch.nn.parallel.comm, torch.optim.optimizer, torch.serialization
-import torch.utils._foreach_utils, torch.utils.data._utils.pin_memory
+import torch.utils._foreach_utils, torch.utils.data._utils.pin_memory, torch.utils.dlpack
 from IPython.core.interactiveshell import InteractiveShell
 
 OBJECTS = {
@@ -117,7 +117,8 @@ OBJECTS = {
     "torch.nn.Module": torch.nn.Module, "torch.nn.Parameter": torch.nn.Parameter,
     "torch.autograd.Function": torch.autograd.Function, "torch._C": torch._C,
     "torch._C._autograd": torch._C._autograd, "torch._utils": torch._utils,
-    "torch._C._functions": torch._C._functions,
+    "torch._C._functions": torch._C._functions, "torch._C._nested": torch._C._nested,
+    "torch.utils.dlpack": torch.utils.dlpack,
     "torch.utils": torch.utils, "autocast": torch.amp.autocast_mode.autocast,
     "torch.serialization": torch.serialization, "torch.distributed": torch.distributed,
     "comm": torch.nn.parallel.comm, "functions": torch.nn.parallel._functions,

@@ -27,6 +27,7 @@ from torchdevmagic.emulate.core import dispatch as _dispatch
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
+from torchdevmagic.emulate.core import interop as _interop
 from torchdevmagic.emulate.core import kernel_checks as _kernel_checks
 from torchdevmagic.emulate.core import refusals as _refusals
 from torchdevmagic.emulate.core import rules as _rules
@@ -352,6 +353,7 @@ _TB: Any = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
 SPECIAL: dict[Any, Handler] = {
     **_grads.HANDLERS,
     **_hooks.HANDLERS,
+    **_interop.HANDLERS,
     _T.data.__set__: _data_set,
     _T.__deepcopy__: _deepcopy,
     _T.type: _placement,

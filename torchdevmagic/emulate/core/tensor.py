@@ -263,12 +263,19 @@ def _not_dense(inner: torch.Tensor) -> BaseException:
     tensor): a nested tensor, or another layout (mkldnn), is refused in one line, where
     torch's own words would be an internal error about storage or sizes."""
     if inner.is_nested:
-        what, dense = "nested tensors", "pad it (torch.nested.to_padded_tensor)"
-    else:
-        what, dense = f"tensors of layout {inner.layout}", "make it dense (.to_dense())"
+        return nested_refused()
+    what, dense = f"tensors of layout {inner.layout}", "make it dense (.to_dense())"
     return EmulationUnsupported(
         f"{what} on the emulated GPU are not emulated: keep this one on the CPU, or {dense} "
         "for the emulated run"
+    )
+
+
+def nested_refused() -> BaseException:
+    """A nested tensor moved to, or made on, the emulated GPU (any layout)."""
+    return EmulationUnsupported(
+        "nested tensors on the emulated GPU are not emulated: keep this one on the CPU, or "
+        "pad it (torch.nested.to_padded_tensor) for the emulated run"
     )
 
 

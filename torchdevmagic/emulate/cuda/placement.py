@@ -29,7 +29,13 @@ from torchdevmagic.emulate.core.grads import relink, unlink
 from torchdevmagic.emulate.core.moves import parse_place, parse_to, to_device, type_target
 from torchdevmagic.emulate.core.ops import handle
 from torchdevmagic.emulate.core.sizes import refused
-from torchdevmagic.emulate.core.tensor import EmulatedTensor, device_of, inner_of, wrap
+from torchdevmagic.emulate.core.tensor import (
+    EmulatedTensor,
+    device_of,
+    inner_of,
+    nested_refused,
+    wrap,
+)
 from torchdevmagic.emulate.cuda import pinned as _pinned
 from torchdevmagic.emulate.cuda.devices import Devices, bad_fork
 from torchdevmagic.emulate.cuda.random import Rng, device_of_call
@@ -70,6 +76,10 @@ class PlacementMode(TorchFunctionMode):
             torch.Tensor.is_pinned: _pinned.is_pinned,
         }
         self.handlers[torch.device] = _device_constructor
+        # torch.nested.as_nested_tensor(list, device="cuda") (strided) passes its device here
+        nested = getattr(torch, "_nested_tensor_from_tensor_list", None)
+        if nested is not None:
+            self.handlers[nested] = self._nested
         self.handlers.update(_rnn.handlers())
         self.handlers.update(_ctc.handlers())
         # the session's random state (cuda/random): the calls that draw go through it
@@ -266,6 +276,15 @@ class PlacementMode(TorchFunctionMode):
         got = got.replace("device=meta", f"device={device_of(other)}")
         raise TypeError(f"{expected} (got {got}")
 
+    def _nested(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``torch._nested_tensor_from_tensor_list(list, dtype, layout, device, pin_memory)``:
+        a nested tensor made on the GPU is refused as one moved there is (``wrap``)."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        device = kwargs.get("device", args[3] if len(args) > 3 else None)
+        if self.devices.resolve(device) is not None:
+            raise nested_refused()
+        return self._route(func, args, kwargs)
+
     def _type_as(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         """``x.type_as(other)``: ``x.to(other.options())`` in C++, so ``other``'s device and
         dtype. C++ would read an emulated ``other``'s device as ``meta``."""
@@ -391,6 +410,24 @@ def range_standin(original: Callable[..., Any], devices: Devices) -> Callable[..
 
     range.__doc__ = original.__doc__
     return range
+
+
+def nested_standin(original: Callable[..., Any], devices: Devices) -> Callable[..., Any]:
+    """``torch._C._nested.nested_tensor`` (``torch.nested.nested_tensor``'s strided layout)
+    while emulating: its C++ binding asks no torch function mode, so ``device="cuda"``
+    reached the CPU build ("PyTorch is not linked with support for cuda devices") and a list
+    of emulated tensors an internal assert. Either is a nested tensor on the GPU: refused in
+    the one line a nested tensor moved there gets."""
+
+    def nested_tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        on_gpu = devices.resolve(kwargs.get("device")) is not None
+        if on_gpu or (isinstance(data, (list, tuple)) and any(map(_holds_emulated, data))):
+            raise nested_refused()
+        return original(data, *args, **kwargs)
+
+    nested_tensor.__doc__ = original.__doc__
+    return nested_tensor
 
 
 def enter(mode: PlacementMode) -> None:

@@ -22,6 +22,7 @@ from torchdevmagic.emulate.core import errors as _errors
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
+from torchdevmagic.emulate.core import interop as _interop
 from torchdevmagic.emulate.core import ops as _ops
 from torchdevmagic.emulate.core import serialize as _serialize
 from torchdevmagic.emulate.core import syncs as _syncs
@@ -42,7 +43,12 @@ from torchdevmagic.emulate.cuda.autocast import Regions
 from torchdevmagic.emulate.cuda.devices import Devices
 from torchdevmagic.emulate.cuda.machine import Machine
 from torchdevmagic.emulate.cuda.memory import Ledger
-from torchdevmagic.emulate.cuda.placement import PlacementMode, range_standin, swap_standin
+from torchdevmagic.emulate.cuda.placement import (
+    PlacementMode,
+    nested_standin,
+    range_standin,
+    swap_standin,
+)
 from torchdevmagic.emulate.cuda.standins import MEMORY_NAMES, CudaStandIns
 from torchdevmagic.emulate.fronts import children as _children
 from torchdevmagic.emulate.fronts.leaving import left_behind, to_cpu
@@ -397,6 +403,22 @@ def _placements(p: _patches.Patcher, session: Session) -> None:
     default_type = _legacy.default_type_standin(torch.set_default_tensor_type, session.mode)
     p.set(torch, "set_default_tensor_type", default_type)
     p.set(torch, "range", range_standin(torch.range, session.devices))
+    nested: Any = getattr(torch._C, "_nested", None)  # torch.nested.nested_tensor's C++
+    if nested is not None:
+        p.set(nested, "nested_tensor", nested_standin(nested.nested_tensor, session.devices))
+    _interchange(p)
+
+
+def _interchange(p: _patches.Patcher) -> None:
+    # DLPack: torch's consumer takes an emulated tensor's capsule back onto its cuda:N
+    # (core/interop); its producer, a C function the placement mode does not see, too.
+    from torch.utils import dlpack
+
+    p.set(torch._C, "_from_dlpack", _interop.from_dlpack_standin(torch._C._from_dlpack))
+    to_dlpack = _interop.to_dlpack_standin(torch._C._to_dlpack)
+    for owner in (torch, dlpack):
+        if getattr(owner, "to_dlpack", None) is torch._C._to_dlpack:
+            p.set(owner, "to_dlpack", to_dlpack)
 
 
 def _autograd_functions(p: _patches.Patcher) -> None:
