@@ -178,6 +178,9 @@ SPAWNED = """
         print("process", p.exitcode, q.get(), t.tolist(), t.device)
         loader = DataLoader(Batches(), batch_size=2, num_workers=1, multiprocessing_context=method)
         print("loader", [(str(b.device), b.tolist()) for b in loader])
+        held = torch.utils.data.TensorDataset(torch.arange(4.0, device="cuda").reshape(2, 2))
+        over = DataLoader(held, batch_size=2, num_workers=1, multiprocessing_context=method)
+        print("dataset on the GPU", [(str(b.device), b.tolist()) for (b,) in over])
         if method == "spawn":
             held = torch.empty(8 << 20, dtype=torch.uint8, device="cuda:1")
             mp.spawn(worker, args=(q,), nprocs=2)
@@ -195,6 +198,7 @@ def test_spawn_children_emulate_and_share_emulated_tensors(
     assert out.stdout.splitlines() == [
         "process 0 ('cuda:1', 'EmulatedTensor', 2) [7.0, 7.0, 7.0] cuda:1",
         "loader [('cuda:0', [[0.0, 0.0], [1.0, 1.0]]), ('cuda:0', [[2.0, 2.0], [3.0, 3.0]])]",
+        "dataset on the GPU [('cuda:0', [[0.0, 1.0], [2.0, 3.0]])]",
         "mp.spawn [(0, 'cuda:0', True), (1, 'cuda:1', True)]",
     ]
 
@@ -206,6 +210,7 @@ def test_forkserver_children_emulate(child_python: Path, tmp_path: Path) -> None
     assert out.stdout.splitlines() == [
         "process 0 ('cuda:1', 'EmulatedTensor', 2) [7.0, 7.0, 7.0] cuda:1",
         "loader [('cuda:0', [[0.0, 0.0], [1.0, 1.0]]), ('cuda:0', [[2.0, 2.0], [3.0, 3.0]])]",
+        "dataset on the GPU [('cuda:0', [[0.0, 1.0], [2.0, 3.0]])]",
     ]
 
 

@@ -64,6 +64,82 @@ def test_a_child_forked_after_the_gpu_was_used_cannot_use_it() -> None:
         assert torch.zeros(1, device="cuda").device.type == "cuda"  # the parent still can
 
 
+def _inherited_work() -> list[tuple[str, str]]:
+    """In a fork()ed child: work on the tensor ``_HELD[0]`` it inherited from its parent."""
+    y = _HELD[0]
+    answers = []
+    for name, task in [
+        ("y + 1", lambda: y + 1),
+        ("y.sum()", y.sum),
+        ("y[y > 0]", lambda: y[y > 0]),
+        ("y.cpu()", y.cpu),
+        ("print(y)", lambda: repr(y)),
+        ("shape", lambda: tuple(y.shape)),  # what the host knows still answers
+        ("device", lambda: y.device),
+        ("is_available", torch.cuda.is_available),
+        ("device_count", torch.cuda.device_count),
+        ("CPU work", lambda: torch.arange(3.0).sum().item()),
+    ]:
+        try:
+            answers.append((name, str(task())))
+        except Exception as exc:
+            answers.append((name, f"{type(exc).__name__}: {exc}"))
+    return answers
+
+
+_HELD: list[Any] = []
+
+
+@pytest.mark.slow
+def test_a_child_forked_after_gpu_use_cannot_compute_on_a_tensor_it_inherited() -> None:
+    """A multiprocessing worker computing on a GPU tensor its parent made (``y + 1``, no
+    ``.cuda()`` call): on a GPU its first CUDA call fails, while the tensor's shape and device,
+    ``is_available()`` (the device count is cached before the fork) and CPU work answer."""
+    failed = f"RuntimeError: {BAD_FORK}"
+    with emulate_cuda():
+        _HELD[:] = [torch.ones(3, device="cuda")]
+        try:
+            answers = _in_child(_inherited_work)
+            assert str(_HELD[0] + 1) == "tensor([2., 2., 2.], device='cuda:0')"  # the parent can
+        finally:
+            _HELD.clear()
+    expected = [
+        ("y + 1", failed),
+        ("y.sum()", failed),
+        ("y[y > 0]", failed),
+        ("y.cpu()", failed),
+        ("print(y)", failed),
+        ("shape", "(3,)"),
+        ("device", "cuda:0"),
+        ("is_available", "True"),
+        ("device_count", "1"),
+        ("CPU work", "3.0"),
+    ]
+    assert answers == str(expected)
+
+
+@pytest.mark.slow
+def test_a_fork_dataloader_over_a_dataset_of_gpu_tensors_fails_as_on_a_gpu() -> None:
+    """The classic shape (pytorch#40403, pytorch#77159): a Dataset holding CUDA tensors read by
+    ``DataLoader(num_workers>0)`` with Linux's default 'fork'. Before, the worker computed on
+    the inherited emulated tensors and the loop ran; on a GPU the worker's first CUDA call
+    fails. The same loader with ``num_workers=0`` runs (the main process owns the GPU)."""
+    with emulate_cuda():
+        data = torch.utils.data.TensorDataset(torch.arange(8.0, device="cuda").reshape(4, 2))
+        forked = torch.utils.data.DataLoader(
+            data, batch_size=2, num_workers=1, multiprocessing_context="fork"
+        )
+        with pytest.raises(RuntimeError) as info:
+            list(forked)
+        assert str(info.value).startswith("Caught RuntimeError in DataLoader worker process 0")
+        assert BAD_FORK in str(info.value)
+        in_process = torch.utils.data.DataLoader(data, batch_size=2, num_workers=0)
+        assert [b.tolist() for (b,) in in_process] == [
+            [[0.0, 1.0], [2.0, 3.0]],
+            [[4.0, 5.0], [6.0, 7.0]],
+        ]
+
+
 def test_a_child_forked_before_any_gpu_use_can_use_it() -> None:
     with emulate_cuda():
         assert not torch.cuda.is_initialized()

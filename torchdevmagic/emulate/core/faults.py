@@ -20,7 +20,7 @@ without it may report it at a later call.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -42,6 +42,8 @@ _SEARCH = (
 
 # The CUDA error a session's GPUs are stuck with (its text), or None.
 sticky: Optional[str] = None
+# What raises it again where it is not CUDA's error of that text (:func:`poison`).
+_raise_again: Optional[Callable[[], BaseException]] = None
 
 
 def cuda_error(what: str, name: str) -> BaseException:
@@ -82,7 +84,18 @@ def check_call(func: Any) -> None:
         raise _again()
 
 
+def poison(error: Callable[[], BaseException]) -> None:
+    """Every later CUDA call raises ``error()``, as after a device-side assert: a fork()ed
+    child of a process that had used CUDA cannot use it (its first CUDA call fails), while
+    what the host knows (shape, dtype, device) still answers and CPU work runs."""
+    global sticky, _raise_again
+    _raise_again = error
+    sticky = str(error())
+
+
 def _again() -> BaseException:
+    if _raise_again is not None:
+        return _raise_again()
     cls = getattr(torch, "AcceleratorError", RuntimeError)
     error: BaseException = cls(sticky)
     return error
@@ -90,8 +103,9 @@ def _again() -> BaseException:
 
 def clear() -> None:
     """A new process, as far as the emulated GPUs go: the session stopped."""
-    global sticky
+    global sticky, _raise_again
     sticky = None
+    _raise_again = None
 
 
 # The CPU kernels' words for the checks CUDA makes on the device (CUDA_KERNEL_ASSERT):

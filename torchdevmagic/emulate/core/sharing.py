@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core.tensor import EmulatedTensor
 
 
@@ -34,6 +35,7 @@ def reduce_shared(t: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
 def rebuild_shared(
     rebuild: Callable[..., Any], args: tuple[Any, ...], index: int, is_param: bool
 ) -> EmulatedTensor:
+    _faults.check()  # a fork()ed child that cannot use the GPU (torch's rebuild inits CUDA)
     inner = rebuild(*args)
     t = EmulatedTensor(inner, torch.device("cuda", index))  # not wrap(): no new allocation
     if is_param:

@@ -128,6 +128,7 @@ class EmulatedTensor(torch.Tensor):
         # torch's own layout, its values read from the CPU tensor, named like a CUDA tensor.
         ts = torch._tensor_str
         if tensor_contents is None:
+            _faults.check()  # the copy to the host fails where CUDA cannot be used
             _syncs.synchronizing()  # the values are copied to the host (a blocking copy)
             inner = self.__dict__["_inner"].detach()
             if inner.layout is not _STRIDED:  # torch's own sparse layout, from its parts

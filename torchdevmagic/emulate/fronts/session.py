@@ -40,7 +40,7 @@ from torchdevmagic.emulate.cuda import pinned as _pinned
 from torchdevmagic.emulate.cuda import placement as _placement
 from torchdevmagic.emulate.cuda import random as _random
 from torchdevmagic.emulate.cuda.autocast import Regions
-from torchdevmagic.emulate.cuda.devices import Devices
+from torchdevmagic.emulate.cuda.devices import Devices, bad_fork
 from torchdevmagic.emulate.cuda.machine import Machine
 from torchdevmagic.emulate.cuda.memory import Ledger
 from torchdevmagic.emulate.cuda.placement import (
@@ -208,6 +208,10 @@ def _forked_child() -> None:
         session.devices.forked = True
         if not _children.installed():
             session.devices.fork_note = _children.NOT_INSTALLED
+        # Work on a tensor the child inherited fails too: its first CUDA call (a Dataset's
+        # GPU tensors batched by a fork DataLoader's worker, a Pool worker's y + 1).
+        note = session.devices.fork_note
+        _faults.poison(lambda: bad_fork(note))
 
 
 def end() -> bool:
