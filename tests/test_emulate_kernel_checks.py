@@ -112,6 +112,20 @@ def test_batch_norms_a_gpu_runs_still_run(name: str) -> None:
         assert x.grad is not None
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_batch_norm_under_autocast_runs(dtype: Any) -> None:
+    """Mixed precision: a convolution's float16 output into a float32 BatchNorm is cuDNN's
+    mixed mode (bfloat16: the native kernel), as on a GPU; nothing to refuse."""
+    with emulate_cuda():
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)).cuda()
+        x = torch.randn(4, 3, 12, 12, device="cuda")
+        with torch.autocast("cuda", dtype=dtype):
+            y = m(x)
+        assert y.dtype == dtype
+        y.float().sum().backward()
+        assert m[1].weight.grad is not None
+
+
 def test_with_cudnn_off_the_cpu_s_refusal_stays() -> None:
     """Off cuDNN a GPU's native kernel refuses the dtype mix too (not with cuDNN's words)."""
     with emulate_cuda():
