@@ -545,6 +545,13 @@ def test_special_tensors_never_crash_the_scan() -> None:
     assert report.row("meta").nbytes == 0 and report.row("meta").device == "meta"
     assert report.row("sparse").note == "sparse_coo" and report.row("sparse").nbytes > 0
     assert report.row("csr").note == "sparse_csr"
+    # every component's storage, once: a CSR's values too, a coalesced COO's values once
+    csr, coo = ns["csr"], ns["sparse"]
+    parts = (csr.crow_indices(), csr.col_indices(), csr.values())
+    assert report.row("csr").nbytes == sum(p.untyped_storage().nbytes() for p in parts)
+    parts = (coo._indices(), coo._values())
+    assert coo.is_coalesced()
+    assert report.row("sparse").nbytes == sum(p.untyped_storage().nbytes() for p in parts)
     assert report.row("quant").nbytes == 4 and report.row("quant").dtype == "qint8"
     assert report.row("nested").shape is None and report.row("nested").nbytes == 20
     assert report.row("fake").device == "cpu"

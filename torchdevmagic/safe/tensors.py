@@ -221,10 +221,14 @@ def safe_shape(t: Any, tt: Torch) -> Optional[tuple[int, ...]]:
 
 
 def _component_storage(t: Any, tt: Torch) -> tuple[Optional[int], int]:
-    """Sparse layouts: the bytes of their component tensors, keyed by the values' storage."""
+    """Sparse layouts: the bytes of their component tensors, keyed by the values' storage.
+    COO has ``_values``/``_indices``, the compressed layouts ``values`` and their index
+    pairs; a storage two getters reach (a coalesced COO's ``values``) counts once."""
     total, key = 0, None
+    seen: set[Any] = set()
     for name in (
         "_values",
+        "values",
         "_indices",
         "crow_indices",
         "col_indices",
@@ -239,9 +243,13 @@ def _component_storage(t: Any, tt: Torch) -> tuple[Optional[int], int]:
             storage = tt.storage(part)
         except Exception:
             continue
+        part_key = tt.get.storage_key(storage)
+        if part_key in seen:
+            continue
+        seen.add(part_key)
         total += tt.storage_nbytes(storage)
         if key is None:
-            key = tt.get.storage_key(storage)
+            key = part_key
     return key, total
 
 
