@@ -170,6 +170,26 @@ def test_a_cpu_sparse_matrix_with_a_gpu_dense_one_fails_as_on_cuda(emu: Any) -> 
         method = message.replace("method mm)", "method wrapper_SparseCUDA__mm)")
         method = method.replace("method addmm)", "method wrapper_SparseCUDA__addmm)")
         assert str(info.value) == method
+    # CSR goes to the SparseCsrCUDA kernels (C++ cannot read a CSR wrapper's layout: the
+    # check reads the CPU tensor's)
+    cpu_csr = torch.eye(3).to_sparse_csr()
+    gpu_csr = cpu_csr.cuda()
+    csr_cases = [
+        (lambda: cpu_csr @ gpu_dense, got("mat2", "cuda:0", "cpu", "wrapper_SparseCsrCUDA__mm")),
+        (
+            lambda: gpu_csr @ gpu_dense.cpu(),
+            got("mat2", "cpu", "cuda:0", "wrapper_SparseCsrCUDA__mm"),
+        ),
+        (
+            lambda: torch.addmm(gpu_dense.cpu(), gpu_csr, gpu_dense.cpu()),
+            got("mat1", "cuda:0", "cpu", "wrapper_SparseCsrCUDA__addmm"),
+        ),
+    ]
+    for call, message in csr_cases:
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert str(info.value) == message
+    assert torch.equal((gpu_csr @ gpu_dense).cpu(), torch.ones(3, 2))
 
 
 def test_sparse_sums_and_products_across_devices_fail_as_on_cuda(emu: Any) -> None:
@@ -242,11 +262,19 @@ def test_devices_shows_the_sparse_adjacency_on_the_gpu(emu_shell: Any) -> None:
         "adj = torch.sparse_coo_tensor(i, torch.ones(4), (3, 3))\n"
         "adj = adj.cuda()\n"
         "out = torch.spmm(adj, torch.ones(3, 2).cuda())\n"
+        "csr = torch.eye(4).to_sparse_csr().cuda()\n"
+        "adj_host, csr_host = adj.cpu(), csr.cpu()\n"
     )
     assert emu_shell.run_cell(cell).error_in_exec is None
     report = emu_shell.run_line_magic("devices", "-o")
     rows = {r.path: r for r in report.rows}
-    cpu = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2, 2], [0, 1, 2, 0]]), torch.ones(4), (3, 3))
-    assert rows["adj"].device == "cuda:0" and rows["adj"].shape == (3, 3)
-    assert rows["adj"].nbytes == cpu._indices().nbytes + cpu._values().nbytes
+    for name, shape in (("adj", (3, 3)), ("csr", (4, 4))):
+        assert rows[name].device == "cuda:0" and rows[name].shape == shape
+        assert rows[f"{name}_host"].device == "cpu"
+        # counted as the CPU's: each component's storage
+        assert rows[name].nbytes == rows[f"{name}_host"].nbytes > 0
+    host = emu_shell.user_ns["csr_host"]
+    parts = (host.crow_indices(), host.col_indices(), host.values())
+    assert rows["csr"].nbytes == sum(p.untyped_storage().nbytes() for p in parts)
+    assert rows["adj"].nbytes == 4 * 2 * 8 + 4 * 4  # indices (int64), values (float32)
     assert rows["out"].device == "cuda:0"

@@ -151,15 +151,30 @@ _SPARSE_CUDA = {
     "wrapper_CUDA_addmm": "wrapper_SparseCUDA__addmm",
     "wrapper_CUDA_mm": "wrapper_SparseCUDA__mm",
 }
+# A compressed one (CSR, CSC, BSR, BSC) to the SparseCsrCUDA kernel, likewise.
+_SPARSE_CSR_CUDA = {
+    "wrapper_CUDA_addmm": "wrapper_SparseCsrCUDA__addmm",
+    "wrapper_CUDA_mm": "wrapper_SparseCsrCUDA__mm",
+}
+_COMPRESSED = {torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc}
+
+
+def _layout(t: Any) -> Any:
+    """A tensor's layout, read from an emulated tensor's CPU tensor: C++ cannot read a
+    compressed layout off the wrapper ("layout_impl is only implemented for TensorImpl
+    subclasses"), and below dispatch no torch function answers for it."""
+    return _inner(t).layout
 
 
 def _dispatcher_check(func: Any, args: Any, kwargs: Any, method: str, names: list[str]) -> None:
     __tracebackhide__ = True  # IPython and pytest show the caller
     values = _schema_values(func, args, kwargs)
-    if method in _SPARSE_CUDA and any(
-        _is_tensor(v) and v.layout == torch.sparse_coo for v in values.values()
-    ):
-        method = _SPARSE_CUDA[method]
+    if method in _SPARSE_CUDA:
+        layouts = {_layout(v) for v in values.values() if _is_tensor(v)}
+        if torch.sparse_coo in layouts:
+            method = _SPARSE_CUDA[method]
+        elif layouts & _COMPRESSED:
+            method = _SPARSE_CSR_CUDA[method]
     emulated = first_emulated_device(args, kwargs)
     common: Optional[torch.device] = None
     for name in names:
@@ -357,7 +372,7 @@ def _sparse_or(rule: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any]
         self: Any = values.get("self")
         other: Any = values.get("other")
         if _is_tensor(self) and _is_tensor(other):
-            sparse = (self.layout == torch.sparse_coo, other.layout == torch.sparse_coo)
+            sparse = (_layout(self) == torch.sparse_coo, _layout(other) == torch.sparse_coo)
             if True in sparse:
                 message = _sparse_binary_error(func._schema.name, self, other, sparse)
                 if message is not None:
