@@ -135,7 +135,9 @@ def verdict(case: Any, rec: dict[str, Any], mode: str) -> tuple[bool, str]:
     if case.exc_type not in rec["mro"]:
         return False, "other exception type"
     message = rec["message"].lower()
-    if not all(word.lower() in message for word in case.words):
+    if not all(
+        any(alt.strip().lower() in message for alt in word.split("||")) for word in case.words
+    ):
         return False, "right type, other words"
     return True, "caught"
 
@@ -152,11 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", "-j", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per program")
-    parser.add_argument("-k", default="", help="only programs whose name contains this")
+    parser.add_argument(
+        "-k", default="", help="only programs whose name contains one of these (comma-separated)"
+    )
     parser.add_argument("--json", type=Path, help="write every record here")
     args = parser.parse_args(argv)
 
-    cases = [c for c in load_cases(args.cases_file) if args.k in c.name]
+    wanted = [k for k in args.k.split(",") if k] or [""]
+    cases = [c for c in load_cases(args.cases_file) if any(k in c.name for k in wanted)]
     mode = "cpu" if args.cpu else "emulate"
     repo = args.repo.resolve()
     started = time.perf_counter()
@@ -188,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cases:
         for c, r, p, o in results:
-            first = (r["message"].strip().splitlines() or [""])[0][:110]
+            first = (r.get("message", "").strip().splitlines() or [""])[0][:110]
             got = f"{r['type']}: {first}" if r["raised"] else "nothing"
             mark = "PASS" if p else "MISS"
             print(f"{mark}  {c.kind:5}  {c.name:42}  {o:26}  {r['seconds']:5.1f}s  {got}")
