@@ -24,6 +24,7 @@ import torch
 
 from torchdevmagic.emulate.core import autocast as _autocast
 from torchdevmagic.emulate.core import dispatch as _dispatch
+from torchdevmagic.emulate.core import dtypes as _dtypes
 from torchdevmagic.emulate.core import faults as _faults
 from torchdevmagic.emulate.core import grads as _grads
 from torchdevmagic.emulate.core import hooks as _hooks
@@ -176,9 +177,28 @@ def _waiting(rule: Any, func: Any) -> Any:
     return waits
 
 
+def _both(first: Any, second: Any) -> Any:
+    """Two rules for one function: each sees the call, the first after-hook runs first."""
+
+    def rule(args: Any, kwargs: Any) -> Any:
+        afters = [a for a in (first(args, kwargs), second(args, kwargs)) if a is not None]
+        if len(afters) < 2:
+            return afters[0] if afters else None
+
+        def after(out: Any) -> None:
+            for a in afters:
+                a(out)
+
+        return after
+
+    return rule
+
+
 _BEFORE: dict[Any, Any] = dict(_refusals.TABLE)
 for _f, _rule in _kernel_checks.TABLE.items():
     _BEFORE[_f] = _kernel_checks.chained(_rule, _BEFORE.get(_f))
+for _f, _rule in _dtypes.TABLE.items():  # dtypes CUDA's kernels lack
+    _BEFORE[_f] = _both(_BEFORE[_f], _rule) if _f in _BEFORE else _rule
 for _f in _syncs.WAITING:
     _BEFORE[_f] = _waiting(_BEFORE.get(_f), _f)
 
@@ -381,4 +401,7 @@ for _name in (
     _fn = getattr(_T, _name, None)
     if _fn is not None:
         SPECIAL[_fn] = _restride
+# Dtypes the CPU's kernel lacks and CUDA's computes: computed in another dtype, cast back.
+for _f, _handler in _dtypes.casts(generic).items():
+    SPECIAL.setdefault(_f, _handler)
 _tensor.on_function = handle

@@ -1,0 +1,155 @@
+"""Dtype coverage of CUDA kernels that differs from the CPU's, consulted before the CPU kernel.
+
+``_dtypes.json`` (written by ``gen_dtypes``) has one row per aten op whose CUDA kernel and
+CPU kernel dispatch different dtypes, in both directions:
+
+- ``refused``: dtypes the CPU kernel computes and CUDA's AT_DISPATCH lacks. The emulated GPU
+  raises AT_DISPATCH's ``NotImplementedError`` in its words (``"<name>" not implemented for
+  'Long'``) once the CPU computed (its shape checks come first on CUDA too), unless the output
+  is empty (CUDA's kernels return before their dispatch then).
+- ``cpu_lacks``: dtypes CUDA's kernel computes and the CPU's refuses, where the emulator
+  would raise the CPU's error where a GPU computes. With ``compute_in``, the op runs in that
+  dtype on the CPU and is cast back: only where CUDA's kernel itself accumulates in that type
+  and writes the result in the input's (``acc_type``), so the values mean the same.
+
+:data:`TABLE` maps the torch functions that reach a row's kernel to its rule (the refusals
+table's protocol: a dict lookup per call); :data:`CASTS` the ones computed in another dtype
+(looked up with the session's special handlers).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from torchdevmagic.emulate.core.rules import SCALAR_NAMES
+
+Rule = Callable[[Any, Any], Optional[Callable[[Any], None]]]
+_T = torch.Tensor
+_OWNERS: dict[str, Any] = {
+    "torch": torch,
+    "Tensor": torch.Tensor,
+    "F": torch.nn.functional,
+    "nn": torch._C._nn,
+    "linalg": torch.linalg,
+    "VF": torch._C._VariableFunctions,
+}
+_DTYPES = {str(d).split(".")[-1]: d for d in SCALAR_NAMES}
+
+
+def _load() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(Path(__file__).with_name("_dtypes.json").read_text())
+    return data
+
+
+def _refusal_type() -> type[Exception]:
+    """The type AT_DISPATCH's refusal has in the installed torch (``NotImplementedError``
+    in 2.13; torch 2.1's was a ``RuntimeError``): a CPU kernel's, once."""
+    try:
+        torch.ones(2, 2, dtype=torch.bool).trace()  # "trace" lacks Bool on the CPU
+    except (NotImplementedError, RuntimeError) as exc:
+        return type(exc)
+    return NotImplementedError
+
+
+_REFUSAL = _refusal_type()
+
+
+def dispatch_error(name: str, dtype: Any) -> Exception:
+    """AT_DISPATCH's refusal of a dtype (c10's type name), in the installed torch's type."""
+    return _REFUSAL(f"\"{name}\" not implemented for '{SCALAR_NAMES[dtype]}'")
+
+
+def _first(args: Any, kwargs: Any, name: str) -> Any:
+    return args[0] if args else kwargs.get(name, kwargs.get("input", kwargs.get("self")))
+
+
+def _refuses(kernel: str, dtypes: frozenset[Any], row: dict[str, Any]) -> Rule:
+    """CUDA's kernel lacks ``dtypes``: refused once the CPU computed a non-empty output."""
+    product = row.get("kernel_by_dims")  # matrix_power/tensordot: mm, or bmm when batched
+    least = row.get("min_power")
+
+    def rule(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
+        x = _first(args, kwargs, row.get("arg", "input"))
+        if not (isinstance(x, _T) and x.dtype in dtypes):
+            return None
+        if least is not None:  # matrix_power(x, n): no product below n == least
+            n = args[1] if len(args) > 1 else kwargs.get("n")
+            if not isinstance(n, int) or n < least:
+                return None
+        name = kernel
+        if product is not None and x.dim() > 2:
+            name = product
+        dtype = x.dtype
+
+        def refuse(out: Any) -> None:
+            __tracebackhide__ = True  # IPython and pytest show the caller
+            first = out[0] if isinstance(out, tuple) else out
+            if isinstance(first, _T) and (first.numel() == 0 or x.numel() == 0):
+                return
+            raise dispatch_error(name, dtype)
+
+        return refuse
+
+    return rule
+
+
+Handler = Callable[[Any, Any, Any], Any]
+
+
+def _casts(compute_in: Any, lacks: frozenset[Any], run: Callable[..., Any]) -> Handler:
+    """Compute in ``compute_in`` and cast back, for the dtypes the CPU lacks."""
+
+    def handler(func: Any, args: Any, kwargs: Any) -> Any:
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        x = args[0]
+        if x.dtype not in lacks:
+            return run(func, args, kwargs)
+        out = run(func, (x.to(compute_in), *args[1:]), kwargs)
+        if isinstance(out, tuple):
+            return type(out)(o.to(x.dtype) if o.dtype == compute_in else o for o in out)
+        return out.to(x.dtype)
+
+    return handler
+
+
+def _functions(names: list[str]) -> list[Any]:
+    found = []
+    for spelled in names:
+        owner, _, name = spelled.partition(".")
+        f = getattr(_OWNERS[owner], name, None)
+        if f is not None and f not in found:
+            found.append(f)
+    return found
+
+
+DATA = _load()
+
+
+def build() -> dict[Any, Rule]:
+    """The rules for the rows' refused dtypes, keyed by the torch functions that reach them."""
+    table: dict[Any, Rule] = {}
+    for row in DATA["ops"].values():
+        refused = frozenset(_DTYPES[d] for d in row.get("refused", ()))
+        if refused:
+            for f in _functions(row["functions"]):
+                table[f] = _refuses(row["cuda"], refused, row)
+    return table
+
+
+def casts(run: Callable[..., Any]) -> dict[Any, Handler]:
+    """The handlers for the rows' CPU-lacking dtypes (``run``: the session's generic op)."""
+    handlers: dict[Any, Handler] = {}
+    for row in DATA["ops"].values():
+        lacks = frozenset(_DTYPES[d] for d in row.get("cpu_lacks", ()))
+        compute_in = row.get("compute_in")
+        if lacks and compute_in:
+            for f in _functions(row["functions"]):
+                handlers[f] = _casts(_DTYPES[compute_in], lacks, run)
+    return handlers
+
+
+TABLE: dict[Any, Rule] = build()
