@@ -56,6 +56,20 @@ REFUSED: list[tuple[str, Callable[[str], Any], str]] = [
         "\"avg_pool2d_out_cuda_frame\" not implemented for 'Long'",
     ),
     (
+        "upsampling: bilinear of a uint8 image",
+        lambda d: F.interpolate(
+            _grid(1, 3, 4, 4, dtype=torch.uint8, device=d), size=8, mode="bilinear"
+        ),
+        "\"upsample_bilinear2d_out_frame\" not implemented for 'Byte'",
+    ),
+    (
+        "upsampling: nn.Upsample bilinear",
+        lambda d: torch.nn.Upsample(scale_factor=2, mode="bilinear")(
+            _grid(1, 1, 2, 2, dtype=torch.uint8, device=d)
+        ),
+        "\"upsample_bilinear2d_out_frame\" not implemented for 'Byte'",
+    ),
+    (
         "linear algebra: matrix_power",
         lambda d: torch.linalg.matrix_power(_grid(3, 3, dtype=torch.int32, device=d), 3),
         "\"addmm_cuda\" not implemented for 'Int'",
@@ -124,6 +138,9 @@ def test_what_cuda_computes_still_runs() -> None:
         assert torch.linalg.matrix_power(m, 1).tolist() == m.tolist()  # no product
         assert torch.linalg.matrix_power(m, 0).tolist() == torch.eye(3).tolist()
         assert torch.tensordot(x[0, 0], x[0, 0], dims=3).item() == float((x * x).sum().item())
+        image = _grid(1, 3, 4, 4, dtype=torch.uint8)
+        assert F.interpolate(image, size=8, mode="nearest").dtype == torch.uint8  # CUDA has Byte
+        assert F.interpolate(image.float(), size=8, mode="bilinear").shape == (1, 3, 8, 8)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["Half", "BFloat16"])

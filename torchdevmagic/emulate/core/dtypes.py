@@ -38,6 +38,7 @@ _OWNERS: dict[str, Any] = {
     "VF": torch._C._VariableFunctions,
 }
 _DTYPES = {str(d).split(".")[-1]: d for d in SCALAR_NAMES}
+_interpolate = torch.nn.functional.interpolate
 
 
 def _load() -> dict[str, Any]:
@@ -67,14 +68,24 @@ def _first(args: Any, kwargs: Any, name: str) -> Any:
     return args[0] if args else kwargs.get(name, kwargs.get("input", kwargs.get("self")))
 
 
-def _refuses(kernel: str, dtypes: frozenset[Any], row: dict[str, Any]) -> Rule:
+def _mode(args: Any, kwargs: Any) -> Any:
+    """``F.interpolate``'s mode, or None with antialias (another kernel)."""
+    if (len(args) > 7 and args[7]) or kwargs.get("antialias"):
+        return None
+    return args[3] if len(args) > 3 else kwargs.get("mode", "nearest")
+
+
+def _refuses(kernel: str, dtypes: frozenset[Any], row: dict[str, Any], f: Any) -> Rule:
     """CUDA's kernel lacks ``dtypes``: refused once the CPU computed a non-empty output."""
     product = row.get("kernel_by_dims")  # matrix_power/tensordot: mm, or bmm when batched
     least = row.get("min_power")
+    mode = row.get("mode") if f is _interpolate else None
 
     def rule(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
         x = _first(args, kwargs, row.get("arg", "input"))
         if not (isinstance(x, _T) and x.dtype in dtypes):
+            return None
+        if mode is not None and _mode(args, kwargs) != mode:
             return None
         if least is not None:  # matrix_power(x, n): no product below n == least
             n = args[1] if len(args) > 1 else kwargs.get("n")
@@ -93,6 +104,23 @@ def _refuses(kernel: str, dtypes: frozenset[Any], row: dict[str, Any]) -> Rule:
             raise dispatch_error(name, dtype)
 
         return refuse
+
+    return rule
+
+
+def both(first: Rule, second: Rule) -> Rule:
+    """Two rules for one function: each sees the call, the first's after-hook runs first."""
+
+    def rule(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
+        afters = [a for a in (first(args, kwargs), second(args, kwargs)) if a is not None]
+        if len(afters) < 2:
+            return afters[0] if afters else None
+
+        def after(out: Any) -> None:
+            for a in afters:
+                a(out)
+
+        return after
 
     return rule
 
@@ -136,7 +164,8 @@ def build() -> dict[Any, Rule]:
         refused = frozenset(_DTYPES[d] for d in row.get("refused", ()))
         if refused:
             for f in _functions(row["functions"]):
-                table[f] = _refuses(row["cuda"], refused, row)
+                rule = _refuses(row["cuda"], refused, row, f)
+                table[f] = both(table[f], rule) if f in table else rule
     return table
 
 

@@ -100,6 +100,15 @@ ROWS: dict[str, dict[str, Any]] = {
         "family": "pooling",
         "cpu": lambda d: F.avg_pool1d(_x(1, 1, 4)(d), 2),
     },
+    "upsample_bilinear2d.vec": {
+        "functions": ["F.interpolate", "nn.upsample_bilinear2d"],
+        "mode": "bilinear",  # F.interpolate's mode, without antialias
+        "cuda": "upsample_bilinear2d_out_frame",
+        "kernel": "upsample_bilinear2d_out_frame",
+        "source": "aten/src/ATen/native/cuda/UpSampleBilinear2d.cu",
+        "family": "upsampling",
+        "cpu": lambda d: F.interpolate(_x(1, 2, 4, 4)(d), scale_factor=2, mode="bilinear"),
+    },
     "linalg_matrix_power.default": {
         "functions": ["linalg.matrix_power", "torch.matrix_power", "Tensor.matrix_power"],
         "cuda": "addmm_cuda",  # matmul: mm of matrices, bmm of batches

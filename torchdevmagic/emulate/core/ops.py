@@ -177,28 +177,11 @@ def _waiting(rule: Any, func: Any) -> Any:
     return waits
 
 
-def _both(first: Any, second: Any) -> Any:
-    """Two rules for one function: each sees the call, the first after-hook runs first."""
-
-    def rule(args: Any, kwargs: Any) -> Any:
-        afters = [a for a in (first(args, kwargs), second(args, kwargs)) if a is not None]
-        if len(afters) < 2:
-            return afters[0] if afters else None
-
-        def after(out: Any) -> None:
-            for a in afters:
-                a(out)
-
-        return after
-
-    return rule
-
-
 _BEFORE: dict[Any, Any] = dict(_refusals.TABLE)
 for _f, _rule in _kernel_checks.TABLE.items():
     _BEFORE[_f] = _kernel_checks.chained(_rule, _BEFORE.get(_f))
 for _f, _rule in _dtypes.TABLE.items():  # dtypes CUDA's kernels lack
-    _BEFORE[_f] = _both(_BEFORE[_f], _rule) if _f in _BEFORE else _rule
+    _BEFORE[_f] = _dtypes.both(_BEFORE[_f], _rule) if _f in _BEFORE else _rule
 for _f in _syncs.WAITING:
     _BEFORE[_f] = _waiting(_BEFORE.get(_f), _f)
 

@@ -31,7 +31,7 @@ survey: the matrix products (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``mv``, ``
 ``matmul``/``@``, ``linear``, ``dot``/``vdot``) of integer or bool tensors, and
 ``max_pool2d``/``avg_pool2d`` of integer tensors, which CUDA's kernels refuse with
 AT_DISPATCH's ``NotImplementedError`` ("addmm_cuda" not implemented for 'Long') and the CPU's
-compute. Other kernels' dtype gaps are not in it.
+compute. Other kernels' dtype gaps, read from a CUDA build, are ``dtypes.py``'s.
 
 cuDNN's checks of the RNNs a GPU runs on cuDNN (``lstm``, ``gru``, ``rnn_tanh``,
 ``rnn_relu`` with an input of cuDNN's dtypes while ``torch.backends.cudnn.enabled``): the
