@@ -184,6 +184,8 @@ QUICK_TESTS = frozenset(
         "test_emulate_frontdoors.py::test_magic_twice_on_and_unload_stops",
         "test_emulate_frontdoors.py::test_pytest11_entry_point_is_declared",
         "test_emulate_grads.py::test_moved_and_copied_parameters_keep_their_gradients_mirrored",
+        "test_emulate_interop.py::test_dlpack_inside_torch_stays_on_the_gpu_and_shares_memory",
+        "test_emulate_interop.py::test_numpy_refuses_an_emulated_tensor_as_a_gpu_one",
         "test_emulate_hooks.py::test_module_backward_hooks_as_on_a_gpu",
         "test_emulate_passed_in.py::test_lengths_passed_in_are_not_said_to_be_made_in_the_helper",
         "test_emulate_placement.py::test_module_cuda_type_and_the_tutorial_lines",
