@@ -205,3 +205,22 @@ def test_warn_mode_warns_once_for_a_sync_inside_an_op() -> None:
         assert hot.shape == (3, 3) and hot.device.type == "cuda"
         assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 0.0]
         assert [(w.category, str(w.message)) for w in seen] == [(UserWarning, SYNC)] * 2
+        # named at the line that called into torch, as CUDA's warning is: not the emulator's
+        assert [w.filename for w in seen] == [__file__] * 2
+
+
+@pytest.mark.usefixtures("quiet_prototype_notice")
+def test_warn_mode_names_the_users_line() -> None:
+    with emulate_cuda():
+        x = torch.arange(3.0, device="cuda")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                x.sum().item()
+                x.cpu()
+                torch.tensor([1.0], device="cuda")
+                torch.cuda.current_stream().synchronize()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert [w.filename for w in seen] == [__file__] * 4

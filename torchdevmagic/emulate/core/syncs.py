@@ -27,8 +27,11 @@ check).
 from __future__ import annotations
 
 import numbers
+import os
+import sys
 import warnings
-from typing import Any, Callable
+from types import FrameType
+from typing import Any, Callable, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -55,7 +58,26 @@ def synchronizing() -> None:
     if debug_mode == 2:
         raise RuntimeError(SYNCHRONIZING)
     if debug_mode == 1:
-        warnings.warn(SYNCHRONIZING, UserWarning, stacklevel=3)
+        warnings.warn(SYNCHRONIZING, UserWarning, stacklevel=_callers_level())
+
+
+# The emulator's own files, and torch's that hand a call to a torch function mode.
+_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HANDING = (os.path.join("torch", "overrides.py"), os.path.join("_python_dispatch.py"))
+
+
+def _callers_level() -> int:
+    """``synchronizing``'s ``stacklevel`` for the first frame that is not the emulator's:
+    CUDA's warning names the Python line that called into torch (the user's ``x[mask]``),
+    not the emulator's frames in between."""
+    frame: Optional[FrameType] = sys._getframe(2)  # synchronizing's caller
+    level = 2
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_OURS) or name.endswith(_HANDING)):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
 
 
 def get_debug_mode() -> int:
