@@ -73,7 +73,10 @@ def test_dlpack_inside_torch_stays_on_the_gpu_and_shares_memory(gpus: Any) -> No
         "with torch.cuda.device(1):\n"
         "    dev1 = t.__dlpack_device__()\n"
         "    u = torch.from_dlpack(t)\n"
-        "u[0, 0] = -1\n",
+        "u[0, 0] = -1\n"
+        "torch.set_default_device('cuda')\n"
+        "d = torch.from_dlpack(x)\n"
+        "torch.set_default_device(None)\n",
     )
     from torch.utils.dlpack import DLDeviceType
 
@@ -85,6 +88,8 @@ def test_dlpack_inside_torch_stays_on_the_gpu_and_shares_memory(gpus: Any) -> No
         assert (y.dtype, y.shape, y.stride()) == (x.dtype, x.shape, x.stride()), name
         assert torch.equal(y.cpu(), x.cpu()), name
     assert ns["seen"] == [5.0, 6.0, 7.0]
+    d = ns["d"]  # under a default device of cuda too: its CPU tensor is a plain one
+    assert d.is_emulated and type(d.__dict__["_inner"]) is torch.Tensor
     assert ns["after"] == ns["before"]  # the same memory, counted once
     t, u = ns["t"], ns["u"]
     assert u.device == torch.device("cuda:1") and u.is_emulated

@@ -110,7 +110,8 @@ def from_dlpack_standin(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         storage = _EXPORTED.get(out.data_ptr()) if out.numel() else None
         if storage is not None:  # the exported tensor's own storage, viewed as torch made it
             offset = (out.data_ptr() - storage.data_ptr()) // out.element_size()
-            out = torch.empty(0, dtype=out.dtype).set_(storage, offset, out.size(), out.stride())
+            alias = torch.empty(0, dtype=out.dtype, device="cpu")  # (a default device aside)
+            out = alias.set_(storage, offset, out.size(), out.stride())
         return wrap(out, torch.device("cuda", index))
 
     return _from_dlpack
