@@ -97,6 +97,48 @@ def test_a_dtype_cuda_lacks_is_refused_where_the_cpu_computes(
     assert str(info.value) == text
 
 
+# Dtypes neither kernel has: the CPU's refusal, in CUDA's words (the CPU said "max_pool3d",
+# "avg_pool3d_out_frame", "addmm_impl_cpu_", "upsample_bilinear2d_channels_last").
+BOTH_LACK: list[tuple[str, Callable[[str], Any], str]] = [
+    (
+        "max_pool3d of bool",
+        lambda d: F.max_pool3d(torch.ones(1, 1, 2, 2, 2, dtype=torch.bool, device=d), 2),
+        "\"max_pool3d_with_indices_out_frame\" not implemented for 'Bool'",
+    ),
+    (
+        "avg_pool3d of int32",
+        lambda d: F.avg_pool3d(_grid(1, 1, 2, 2, 2, dtype=torch.int32, device=d), 2),
+        "\"avg_pool3d_out_cuda\" not implemented for 'Int'",
+    ),
+    (
+        "matrix_power of bool",
+        lambda d: torch.linalg.matrix_power(torch.ones(2, 2, dtype=torch.bool, device=d), 2),
+        "\"addmm_cuda\" not implemented for 'Bool'",
+    ),
+    (
+        "bilinear of int32",
+        lambda d: F.interpolate(
+            _grid(1, 1, 2, 2, dtype=torch.int32, device=d), size=4, mode="bilinear"
+        ),
+        "\"upsample_bilinear2d_out_frame\" not implemented for 'Int'",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,call,text", BOTH_LACK, ids=[r[0] for r in BOTH_LACK])
+def test_a_dtype_both_kernels_lack_is_refused_in_cudas_words(
+    name: str, call: Callable[[str], Any], text: str
+) -> None:
+    with pytest.raises(NotImplementedError) as cpu:
+        call("cpu")
+    assert str(cpu.value) != text
+    with emulate_cuda(), pytest.raises(NotImplementedError) as info:
+        call("cuda")
+    assert str(info.value) == text
+    with emulate_cuda(), pytest.raises(RuntimeError, match="smaller than kernel size"):
+        F.avg_pool3d(_grid(1, 1, 1, 1, 1, dtype=torch.int32), 2)  # shapes first, as on CUDA
+
+
 # Public reports of a call that ran on the CPU and failed on a GPU only.
 REPORTS: list[tuple[str, Callable[[str], Any], str]] = [
     (  # helmholtz-analytics/heat#657: integer matrices multiplied on "gpu"

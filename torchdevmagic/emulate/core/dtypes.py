@@ -7,6 +7,8 @@ CPU kernel dispatch different dtypes, in both directions:
   raises AT_DISPATCH's ``NotImplementedError`` in its words (``"<name>" not implemented for
   'Long'``) once the CPU computed (its shape checks come first on CUDA too), unless the output
   is empty (CUDA's kernels return before their dispatch then).
+- a dtype neither kernel has: the CPU's AT_DISPATCH refusal is given CUDA's name
+  (``cuda_words``, on the exception path).
 - ``cpu_lacks``: dtypes CUDA's kernel computes and the CPU's refuses, where the emulator
   would raise the CPU's error where a GPU computes. With ``compute_in``, the op runs in that
   dtype on the CPU and is cast back: only where CUDA's kernel itself accumulates in that type
@@ -20,6 +22,7 @@ table's protocol: a dict lookup per call); :data:`CASTS` the ones computed in an
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -75,25 +78,30 @@ def _mode(args: Any, kwargs: Any) -> Any:
     return args[3] if len(args) > 3 else kwargs.get("mode", "nearest")
 
 
-def _refuses(kernel: str, dtypes: frozenset[Any], row: dict[str, Any], f: Any) -> Rule:
-    """CUDA's kernel lacks ``dtypes``: refused once the CPU computed a non-empty output."""
-    product = row.get("kernel_by_dims")  # matrix_power/tensordot: mm, or bmm when batched
+def _kernel(row: dict[str, Any], f: Any, x: Any, args: Any, kwargs: Any) -> Optional[str]:
+    """The AT_DISPATCH name of the row's CUDA kernel this call reaches, or None."""
+    if row.get("mode") is not None and f is _interpolate and _mode(args, kwargs) != row["mode"]:
+        return None
     least = row.get("min_power")
-    mode = row.get("mode") if f is _interpolate else None
+    if least is not None:  # matrix_power(x, n): no product below n == least
+        n = args[1] if len(args) > 1 else kwargs.get("n")
+        if not isinstance(n, int) or n < least:
+            return None
+    product = row.get("kernel_by_dims")  # matrix_power: mm, or bmm when batched
+    name: str = row["cuda"]
+    return product if product is not None and x.dim() > 2 else name
+
+
+def _refuses(dtypes: frozenset[Any], row: dict[str, Any], f: Any) -> Rule:
+    """CUDA's kernel lacks ``dtypes``: refused once the CPU computed a non-empty output."""
 
     def rule(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
         x = _first(args, kwargs, row.get("arg", "input"))
         if not (isinstance(x, _T) and x.dtype in dtypes):
             return None
-        if mode is not None and _mode(args, kwargs) != mode:
+        name = _kernel(row, f, x, args, kwargs)
+        if name is None:
             return None
-        if least is not None:  # matrix_power(x, n): no product below n == least
-            n = args[1] if len(args) > 1 else kwargs.get("n")
-            if not isinstance(n, int) or n < least:
-                return None
-        name = kernel
-        if product is not None and x.dim() > 2:
-            name = product
         dtype = x.dtype
 
         def refuse(out: Any) -> None:
@@ -106,6 +114,29 @@ def _refuses(kernel: str, dtypes: frozenset[Any], row: dict[str, Any], f: Any) -
         return refuse
 
     return rule
+
+
+_CPU_REFUSAL = re.compile(r"\A\"\w+\" not implemented for '(\w+)'\Z")
+_BY_NAME = {name: dtype for dtype, name in SCALAR_NAMES.items()}
+
+
+def cuda_words(func: Any, args: Any, kwargs: Any, exc: BaseException) -> BaseException:
+    """The CPU kernel's AT_DISPATCH refusal of a dtype CUDA's kernel lacks too: CUDA's
+    words instead (``"max_pool3d" ... 'Bool'`` is ``"max_pool3d_with_indices_out_frame"``)."""
+    rows = _WORDS.get(func)
+    match = _CPU_REFUSAL.match(str(exc)) if rows else None
+    if rows is None or match is None:
+        return exc
+    dtype = _BY_NAME.get(match.group(1))
+    x = _first(args, kwargs, "input")
+    if dtype is None or not isinstance(x, _T) or x.dtype != dtype:
+        return exc
+    for row in rows:
+        if match.group(1) not in row["cuda_names"]:
+            name = _kernel(row, func, x, args, kwargs)
+            if name is not None:
+                return dispatch_error(name, dtype).with_traceback(exc.__traceback__)
+    return exc
 
 
 def both(first: Rule, second: Rule) -> Rule:
@@ -164,7 +195,7 @@ def build() -> dict[Any, Rule]:
         refused = frozenset(_DTYPES[d] for d in row.get("refused", ()))
         if refused:
             for f in _functions(row["functions"]):
-                rule = _refuses(row["cuda"], refused, row, f)
+                rule = _refuses(refused, row, f)
                 table[f] = both(table[f], rule) if f in table else rule
     return table
 
@@ -181,4 +212,16 @@ def casts(run: Callable[..., Any]) -> dict[Any, Handler]:
     return handlers
 
 
+def _words() -> dict[Any, list[dict[str, Any]]]:
+    """The rows by function, with CUDA's dtypes in c10's names, for ``cuda_words``."""
+    words: dict[Any, list[dict[str, Any]]] = {}
+    for row in DATA["ops"].values():
+        if row.get("cuda"):
+            names = {SCALAR_NAMES[_DTYPES[d]] for d in row["cuda_dtypes"]}
+            for f in _functions(row["functions"]):
+                words.setdefault(f, []).append({**row, "cuda_names": names})
+    return words
+
+
 TABLE: dict[Any, Rule] = build()
+_WORDS = _words()

@@ -140,8 +140,10 @@ def generic(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             out = _watched_call(func, new_args, new_kwargs)
         else:
             out = func(*new_args, **new_kwargs)
-    except NotImplementedError as exc:
-        raise _rules.no_cpu_kernel(func, exc) from None
+    except NotImplementedError as exc:  # a CUDA kernel lacking the dtype too: its words
+        raise _dtypes.cuda_words(
+            func, new_args, new_kwargs, _rules.no_cpu_kernel(func, exc)
+        ) from None
     except (IndexError, RuntimeError) as exc:  # a device-side assert, where CUDA checks
         raise refused(_faults.failed(func, args, exc), device) from None
     if after is not None:
