@@ -193,6 +193,7 @@ QUICK_TESTS = frozenset(
         "test_emulate_random.py::test_a_generator_of_the_other_device_type_is_refused",
         "test_emulate_pinned.py::test_non_blocking_copies",
         "test_emulate_refusals.py::test_out_of_memory_is_cuda_s_before_the_cpu_allocates[empty]",
+        "test_emulate_sparse.py::test_what_gcn_code_does_with_a_sparse_tensor_on_the_gpu",
         "test_env_doors.py::test_an_api_report_outside_ipython_is_for_a_script",
         "test_env_doors.py::test_ipython_fix_lines_run_in_a_cell[no_gpu]",
         "test_finding_fixes.py::test_split_sequential_fix_names_the_odd_index",

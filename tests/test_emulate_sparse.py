@@ -240,6 +240,12 @@ def test_the_ledger_counts_a_sparse_tensor_s_parts(emu: Any) -> None:
     del s, values
     gc.collect()
     assert torch.cuda.memory_allocated() == before
+    csr = torch.eye(4).to_sparse_csr().cuda()  # its values() is a view: its storage counts
+    parts = (csr.crow_indices(), csr.col_indices(), csr.values())
+    assert torch.cuda.memory_allocated() == before + sum(p.nbytes for p in parts)
+    del csr, parts
+    gc.collect()
+    assert torch.cuda.memory_allocated() == before
 
 
 def test_a_sparse_tensor_saves_and_loads_as_a_cuda_one(emu: Any) -> None:

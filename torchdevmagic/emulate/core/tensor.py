@@ -240,9 +240,7 @@ def _wrap_sparse(inner: torch.Tensor, device: torch.device) -> EmulatedTensor:
     hook = on_new_storage
     if hook is not None:
         for name in SPARSE_PARTS[inner.layout]:
-            part = getattr(inner, name)()
-            if part._base is None:
-                hook(device, part)
+            hook(device, getattr(inner, name)())  # (values() is a view: its storage counts)
     t = _make_wrapper(
         EmulatedTensor,
         inner.size(),
