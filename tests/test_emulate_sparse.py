@@ -284,3 +284,25 @@ def test_devices_shows_the_sparse_adjacency_on_the_gpu(emu_shell: Any) -> None:
     assert rows["csr"].nbytes == sum(p.untyped_storage().nbytes() for p in parts)
     assert rows["adj"].nbytes == 4 * 2 * 8 + 4 * 4  # indices (int64), values (float32)
     assert rows["out"].device == "cuda:0"
+
+
+def test_the_legacy_sparse_cuda_types_make_sparse_tensors_as_on_a_gpu(emu: Any) -> None:
+    """``torch.cuda.sparse.FloatTensor(indices, values, size)`` is ``sparse_coo_tensor`` of
+    them (on their device), sizes make an empty sparse tensor on the GPU; ``isinstance``
+    tells sparse from dense as torch's types do."""
+    i, v = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])
+    made = torch.cuda.sparse.FloatTensor(i.cuda(), v.cuda(), torch.Size([2, 2]))
+    assert made.is_cuda and made.is_sparse
+    assert torch.equal(made.cpu().to_dense(), torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
+    assert torch.cuda.sparse.FloatTensor(i, v, torch.Size([2, 2])).device.type == "cpu"
+    empty = torch.cuda.sparse.DoubleTensor(2, 3)
+    assert empty.is_cuda and empty.layout == torch.sparse_coo and empty.shape == (2, 3)
+    assert empty.dtype == torch.float64 and empty._nnz() == 0
+    assert isinstance(made, torch.cuda.sparse.FloatTensor)
+    assert not isinstance(made, torch.cuda.FloatTensor)
+    assert not isinstance(torch.ones(2, device="cuda"), torch.cuda.sparse.FloatTensor)
+    assert isinstance(torch.ones(2, device="cuda"), torch.cuda.FloatTensor)
+    with pytest.raises(RuntimeError, match=r"^legacy constructor expects device type: cuda but"):
+        torch.cuda.sparse.FloatTensor(2, device="cpu")
+    with pytest.raises(TypeError, match=r"^torch.sparse.SparseTensor\(sequence\) only accepts"):
+        torch.cuda.sparse.FloatTensor([1, 2])

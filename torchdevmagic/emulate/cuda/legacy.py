@@ -79,10 +79,63 @@ class LegacyCudaType(type):
         raise TypeError(f"{expected.replace('device=cpu', 'device=cuda')} (got {got}")
 
     def __instancecheck__(cls, obj: Any) -> bool:
-        return type(obj) is EmulatedTensor and obj.dtype == cls.dtype
+        return (
+            type(obj) is EmulatedTensor
+            and obj.dtype == cls.dtype
+            and inner_of(obj).layout is cls.layout
+        )
 
     def __repr__(cls) -> str:
         return f"<class 'torch.cuda.{cls.__name__}'>"
+
+
+class LegacyCudaSparseType(LegacyCudaType):
+    """The metaclass of the stand-ins for ``torch.cuda.sparse.FloatTensor`` and its kin."""
+
+    is_sparse = True
+    layout = torch.sparse_coo
+
+    def __call__(cls, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+        """The legacy sparse constructor, as on a GPU (legacy_sparse_tensor_generic_ctor_new
+        in torch/csrc/utils/tensor_new.cpp): ``(indices, values[, size])`` is
+        ``sparse_coo_tensor`` of them (on their device, with their dtype); sizes, or
+        nothing, an empty sparse tensor of this type on the current GPU."""
+        __tracebackhide__ = True  # IPython and pytest show the caller
+        target = cls.devices.resolve("cuda" if device is None else device)
+        if target is None:  # torch's check_legacy_ctor_device, in its words
+            expected, kind = "cuda", torch.device(device).type
+            raise RuntimeError(
+                f"legacy constructor expects device type: {expected} "
+                f"but device type: {kind} was passed"
+            )
+        if not kwargs and len(args) in (2, 3) and all(torch.is_tensor(a) for a in args[:2]):
+            return torch.sparse_coo_tensor(*args)
+        sizes: Any = args[0] if len(args) == 1 and isinstance(args[0], torch.Size) else args
+        if not kwargs and all(isinstance(a, int) and not isinstance(a, bool) for a in sizes):
+            return torch.empty(sizes or (0,), dtype=cls.dtype, layout=cls.layout, device=target)
+        with torch._C.DisableTorchFunction():  # torch's own refusal of anything else
+            return cls.cpu_type(*[inner_of(a) for a in args], **kwargs)
+
+    def __repr__(cls) -> str:
+        return f"<class 'torch.cuda.sparse.{cls.__name__}'>"
+
+
+def sparse_stand_ins(devices: Devices) -> dict[str, Any]:
+    """``torch.cuda.sparse`` attribute -> stand-in, for each of its legacy tensor types."""
+    table: dict[str, Any] = {}
+    for name, value in vars(torch.cuda.sparse).items():
+        cpu_type = getattr(torch.sparse, name, None)
+        if not isinstance(value, _TensorType) or not isinstance(cpu_type, _TensorType):
+            continue
+        namespace = {
+            "dtype": value.dtype,
+            "cpu_type": cpu_type,
+            "devices": devices,
+            "__module__": "torch.cuda.sparse",
+            "__qualname__": name,
+        }
+        table[name] = LegacyCudaSparseType(name, (), namespace)
+    return table
 
 
 def stand_ins(devices: Devices) -> dict[str, Any]:

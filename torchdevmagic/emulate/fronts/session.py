@@ -404,6 +404,8 @@ def _placements(p: _patches.Patcher, session: Session) -> None:
     rng.replay_seeds()
     for name, value in _legacy.stand_ins(session.devices).items():
         p.set(torch.cuda, name, value)
+    for name, value in _legacy.sparse_stand_ins(session.devices).items():
+        p.set(torch.cuda.sparse, name, value)
     default_type = _legacy.default_type_standin(torch.set_default_tensor_type, session.mode)
     p.set(torch, "set_default_tensor_type", default_type)
     p.set(torch, "range", range_standin(torch.range, session.devices))
