@@ -103,14 +103,26 @@ def _is_exception(name: str) -> bool:
     return name.endswith(("Error", "Unsupported", "Exception")) or name == "cls"
 
 
+def _constants(tree: ast.Module) -> dict[str, ast.AST]:
+    """A module's string constants (``NAME = "..."`` at its top level)."""
+    out: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name) and _text(node.value, {}) is not None:
+                out[target.id] = node.value
+    return out
+
+
 def collect() -> list[Message]:
     found: dict[tuple[str, str], Message] = {}
     for path in sorted(EMULATE.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         rel = path.relative_to(ROOT).as_posix()
         functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+        constants = _constants(tree)  # raised by name: RuntimeError(WORDS)
         for fn in sorted(functions, key=lambda f: -f.lineno):  # the innermost function first
-            assigned: dict[str, ast.AST] = {}
+            assigned: dict[str, ast.AST] = dict(constants)
             body = list(ast.walk(fn))
             for node in body:
                 if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -209,8 +221,9 @@ MESSAGES = collect()
 def test_the_scan_finds_the_messages() -> None:
     texts = {m.text for m in MESSAGES}
     # one of each way a message is written: a literal, an f-string, a helper's return, a
-    # variable assigned just before
+    # variable assigned just before, a module's constant
     assert "Trying to pass too many CPU scalars to non-CPU kernel!" in texts
+    assert "called a synchronizing CUDA operation" in texts  # syncs.SYNCHRONIZING
     assert any(t.startswith("Input type (") for t in texts)
     assert any(t.startswith("Expected all tensors to be on the same device, but") for t in texts)
     assert "Both events must be recorded before calculating elapsed time." in texts
