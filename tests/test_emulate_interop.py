@@ -76,7 +76,11 @@ def test_dlpack_inside_torch_stays_on_the_gpu_and_shares_memory(gpus: Any) -> No
         "u[0, 0] = -1\n"
         "torch.set_default_device('cuda')\n"
         "d = torch.from_dlpack(x)\n"
-        "torch.set_default_device(None)\n",
+        "torch.set_default_device(None)\n"
+        "held = torch.cuda.memory_allocated()\n"
+        "k = torch.from_dlpack(x, copy=True)\n"
+        "k[0, 0, 0] = -5.0\n"
+        "grew = torch.cuda.memory_allocated() - held\n",
     )
     from torch.utils.dlpack import DLDeviceType
 
@@ -88,6 +92,9 @@ def test_dlpack_inside_torch_stays_on_the_gpu_and_shares_memory(gpus: Any) -> No
         assert (y.dtype, y.shape, y.stride()) == (x.dtype, x.shape, x.stride()), name
         assert torch.equal(y.cpu(), x.cpu()), name
     assert ns["seen"] == [5.0, 6.0, 7.0]
+    k = ns["k"]  # copy=True: a copy on the same GPU, allocated there
+    assert k.device == torch.device("cuda:0") and ns["grew"] == 2 * 5 * 16 * 4
+    assert x[0, 0, 0].item() == 5.0 and torch.equal(k.cpu()[1], x.cpu()[1])
     d = ns["d"]  # under a default device of cuda too: its CPU tensor is a plain one
     assert d.is_emulated and type(d.__dict__["_inner"]) is torch.Tensor
     assert ns["after"] == ns["before"]  # the same memory, counted once

@@ -75,9 +75,15 @@ def _on_gpu(capsule: Any, inner: torch.Tensor, index: int) -> Any:
     _set_context(capsule, address + 1)
     data.value = None
     device[0], device[1] = _CUDA, index
-    if address:
-        _EXPORTED[address] = inner.untyped_storage()
+    storage = inner.untyped_storage()
+    if address and _within(address, storage):  # (not a copy torch made for copy=True)
+        _EXPORTED[address] = storage
     return capsule
+
+
+def _within(address: int, storage: Any) -> bool:
+    start = int(storage.data_ptr())
+    return start <= address < start + int(storage.nbytes())
 
 
 def _taken_back(capsule: Any) -> Any:
@@ -108,7 +114,8 @@ def from_dlpack_standin(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         if index is None:
             return out
         storage = _EXPORTED.get(out.data_ptr()) if out.numel() else None
-        if storage is not None:  # the exported tensor's own storage, viewed as torch made it
+        if storage is not None and _within(out.data_ptr(), storage):
+            # the exported tensor's own storage, viewed as torch made it
             offset = (out.data_ptr() - storage.data_ptr()) // out.element_size()
             alias = torch.empty(0, dtype=out.dtype, device="cpu")  # (a default device aside)
             out = alias.set_(storage, offset, out.size(), out.stride())
