@@ -111,6 +111,7 @@ QUICK_FILES = frozenset(
         "test_emulate_default_argument.py",
         "test_emulate_distributed.py",
         "test_emulate_events.py",
+        "test_emulate_opinfo.py",
         "test_emulate_sync_debug.py",
         "test_emulate_faults.py",
         "test_emulate_fork.py",

@@ -39,6 +39,7 @@ _OWNERS: dict[str, Any] = {
     "nn": torch._C._nn,
     "linalg": torch.linalg,
     "VF": torch._C._VariableFunctions,
+    "aten": torch.ops.aten,  # the op itself, as library code calls it
 }
 _DTYPES = {str(d).split(".")[-1]: d for d in SCALAR_NAMES}
 _interpolate = torch.nn.functional.interpolate
@@ -72,15 +73,26 @@ def _first(args: Any, kwargs: Any, name: str) -> Any:
 
 
 def _mode(args: Any, kwargs: Any) -> Any:
-    """``F.interpolate``'s mode, or None with antialias (another kernel)."""
-    if (len(args) > 7 and args[7]) or kwargs.get("antialias"):
-        return None
-    return args[3] if len(args) > 3 else kwargs.get("mode", "nearest")
+    """``F.interpolate``'s mode, and ``"aa"`` after it with antialias (another kernel)."""
+    mode = args[3] if len(args) > 3 else kwargs.get("mode", "nearest")
+    antialias = args[6] if len(args) > 6 else kwargs.get("antialias", False)
+    return f"{mode} aa" if antialias else mode
+
+
+def _reaches(row: dict[str, Any], f: Any, args: Any, kwargs: Any) -> bool:
+    """Whether this call of ``f`` reaches the row's kernel (``F.interpolate``: by mode; an
+    in-place call is not computed elsewhere)."""
+    if row.get("mode") is not None and f is _interpolate and _mode(args, kwargs) != row["mode"]:
+        return False
+    inplace = row.get("inplace_arg")  # a position in the ``F.`` function's signature
+    if inplace is not None and getattr(f, "__module__", None) == _interpolate.__module__:
+        return not (args[inplace] if len(args) > inplace else kwargs.get("inplace", False))
+    return True
 
 
 def _kernel(row: dict[str, Any], f: Any, x: Any, args: Any, kwargs: Any) -> Optional[str]:
     """The AT_DISPATCH name of the row's CUDA kernel this call reaches, or None."""
-    if row.get("mode") is not None and f is _interpolate and _mode(args, kwargs) != row["mode"]:
+    if not _reaches(row, f, args, kwargs):
         return None
     least = row.get("min_power")
     if least is not None:  # matrix_power(x, n): no product below n == least
@@ -159,18 +171,26 @@ def both(first: Rule, second: Rule) -> Rule:
 Handler = Callable[[Any, Any, Any], Any]
 
 
-def _casts(compute_in: Any, lacks: frozenset[Any], run: Callable[..., Any]) -> Handler:
-    """Compute in ``compute_in`` and cast back, for the dtypes the CPU lacks."""
+def _casts(
+    compute_in: Any, lacks: frozenset[Any], run: Callable[..., Any], row: dict[str, Any]
+) -> Handler:
+    """Compute in ``compute_in`` and cast back, for the dtypes the CPU lacks (the input and
+    every tensor of its dtype among the arguments: a loss's ``weight``)."""
 
     def handler(func: Any, args: Any, kwargs: Any) -> Any:
         __tracebackhide__ = True  # IPython and pytest show the caller
-        x = args[0]
-        if x.dtype not in lacks:
+        x = _first(args, kwargs, "input")
+        if not isinstance(x, _T) or x.dtype not in lacks or not _reaches(row, func, args, kwargs):
             return run(func, args, kwargs)
-        out = run(func, (x.to(compute_in), *args[1:]), kwargs)
+        dtype = x.dtype
+
+        def up(v: Any) -> Any:
+            return v.to(compute_in) if isinstance(v, _T) and v.dtype == dtype else v
+
+        out = run(func, tuple(map(up, args)), {k: up(v) for k, v in kwargs.items()})
         if isinstance(out, tuple):
-            return type(out)(o.to(x.dtype) if o.dtype == compute_in else o for o in out)
-        return out.to(x.dtype)
+            return type(out)(o.to(dtype) if o.dtype == compute_in else o for o in out)
+        return out.to(dtype)
 
     return handler
 
@@ -208,7 +228,7 @@ def casts(run: Callable[..., Any]) -> dict[Any, Handler]:
         compute_in = row.get("compute_in")
         if lacks and compute_in:
             for f in _functions(row["functions"]):
-                handlers[f] = _casts(_DTYPES[compute_in], lacks, run)
+                handlers[f] = _casts(_DTYPES[compute_in], lacks, run, row)
     return handlers
 
 

@@ -109,6 +109,50 @@ ROWS: dict[str, dict[str, Any]] = {
         "family": "upsampling",
         "cpu": lambda d: F.interpolate(_x(1, 2, 4, 4)(d), scale_factor=2, mode="bilinear"),
     },
+    "upsample_bicubic2d.vec": {
+        "functions": ["F.interpolate", "nn.upsample_bicubic2d"],
+        "mode": "bicubic",
+        "cuda": "upsample_bicubic2d_out_frame",
+        "kernel": "upsample_bicubic2d_out_frame",
+        "source": "aten/src/ATen/native/cuda/UpSampleBicubic2d.cu",
+        "family": "upsampling",
+        "cpu": lambda d: F.interpolate(_x(1, 2, 4, 4)(d), scale_factor=2, mode="bicubic"),
+    },
+    "_upsample_bilinear2d_aa.vec": {
+        "functions": [
+            "F.interpolate",
+            "nn._upsample_bilinear2d_aa",
+            "aten._upsample_bilinear2d_aa",
+        ],
+        "mode": "bilinear aa",  # F.interpolate's mode, with antialias
+        "cuda": None,  # the name its uint8 refusal gives is not among the library's strings
+        "kernel": "upsample_gen2d_aa_out_frame",
+        "source": "aten/src/ATen/native/cuda/UpSampleBilinear2d.cu",
+        "family": "upsampling",
+        "compute_in": "float32",  # accscalar_t of Half and BFloat16
+        "cpu": lambda d: F.interpolate(
+            _x(1, 2, 4, 4)(d), scale_factor=0.5, mode="bilinear", antialias=True
+        ),
+    },
+    "multi_margin_loss.default": {
+        "functions": ["F.multi_margin_loss", "nn.multi_margin_loss"],
+        "cuda": None,  # no dtype the CPU computes is refused: no name is raised
+        "kernel": "MultiMarginLoss_forward_kernel",
+        "source": "aten/src/ATen/native/cuda/MultiMarginLoss.cu",
+        "family": "loss",
+        "compute_in": "float32",  # accscalar_t of Half and BFloat16
+        "cpu": lambda d: F.multi_margin_loss(_x(2, 4)(d), torch.zeros(2, dtype=torch.long)),
+    },
+    "rrelu_with_noise.default": {
+        "functions": ["F.rrelu", "torch.rrelu", "nn.rrelu_with_noise"],
+        "inplace_arg": 4,  # F.rrelu(..., inplace=True) writes its input: left to the CPU
+        "cuda": None,  # no dtype the CPU computes is refused: no name is raised
+        "kernel": "rrelu_with_noise_cuda_kernel",
+        "source": "aten/src/ATen/native/cuda/RreluWithNoise.cu",
+        "family": "activation",
+        "compute_in": "float32",  # the noise is drawn in float for Half too
+        "cpu": lambda d: F.rrelu(_x(2, 4)(d), training=True),
+    },
     "linalg_matrix_power.default": {
         "functions": ["linalg.matrix_power", "torch.matrix_power", "Tensor.matrix_power"],
         "cuda": "addmm_cuda",  # matmul: mm of matrices, bmm of batches
