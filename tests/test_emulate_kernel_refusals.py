@@ -178,6 +178,37 @@ ALERTS: list[tuple[str, Callable[[], Any], str]] = [
         lambda: torch.nn.AdaptiveAvgPool2d(2)(_x(1, 2, 4, 4, grad=True)).sum().backward(),
         "adaptive_avg_pool2d_backward_cuda",
     ),
+    # Every spelling that reaches the aten op alerts (CoordAtt's pooling, pytorch#84860):
+    # a ``None`` in the output size keeps that size; ``adaptive_avg_pool1d`` and
+    # ``adaptive_max_pool1d`` are the 2-D ops between an unsqueeze and a squeeze
+    # (AdaptiveAveragePooling.cpp, AdaptiveMaxPooling2d.cpp).
+    (
+        "AdaptiveAvgPool2d((None, 1)) backward",
+        lambda: torch.nn.AdaptiveAvgPool2d((None, 1))(_x(1, 2, 4, 6, grad=True)).sum().backward(),
+        "adaptive_avg_pool2d_backward_cuda",
+    ),
+    (
+        "adaptive_avg_pool2d (1, None) backward",
+        lambda: F.adaptive_avg_pool2d(_x(1, 2, 4, 6, grad=True), (1, None)).sum().backward(),
+        "adaptive_avg_pool2d_backward_cuda",
+    ),
+    (
+        "AdaptiveAvgPool1d(3) backward",
+        lambda: torch.nn.AdaptiveAvgPool1d(3)(_x(1, 2, 6, grad=True)).sum().backward(),
+        "adaptive_avg_pool2d_backward_cuda",
+    ),
+    (
+        "adaptive_max_pool1d backward",
+        lambda: F.adaptive_max_pool1d(_x(1, 2, 6, grad=True), 2).sum().backward(),
+        "adaptive_max_pool2d_backward_cuda",
+    ),
+    (
+        "AdaptiveAvgPool3d((None, 1, 1)) backward",
+        lambda: (
+            torch.nn.AdaptiveAvgPool3d((None, 1, 1))(_x(1, 2, 3, 4, 6, grad=True)).sum().backward()
+        ),
+        "adaptive_avg_pool3d_backward_cuda",
+    ),
     (
         "AvgPool3d backward",
         lambda: torch.nn.AvgPool3d(2)(_x(1, 1, 4, 4, 4, grad=True)).sum().backward(),
@@ -278,6 +309,19 @@ RUNS: dict[str, Callable[[], Any]] = {
     "AdaptiveAvgPool2d(1) backward (a mean)": lambda: (
         torch.nn.AdaptiveAvgPool2d(1)(_x(1, 2, 4, 4, grad=True)).sum().backward()
     ),
+    # An output of one element per channel is a mean on both builds: deterministic.
+    "adaptive_avg_pool2d (1, 1) backward (a mean)": lambda: (
+        F.adaptive_avg_pool2d(_x(1, 2, 4, 6, grad=True), (1, 1)).sum().backward()
+    ),
+    "AdaptiveAvgPool1d(1) backward (a mean)": lambda: (
+        torch.nn.AdaptiveAvgPool1d(1)(_x(1, 2, 6, grad=True)).sum().backward()
+    ),
+    "AdaptiveAvgPool3d(1) backward (a mean)": lambda: (
+        torch.nn.AdaptiveAvgPool3d(1)(_x(1, 2, 3, 4, 6, grad=True)).sum().backward()
+    ),
+    "AdaptiveAvgPool2d((None, 1)) of an input without grad": lambda: torch.nn.AdaptiveAvgPool2d(
+        (None, 1)
+    )(_x(1, 2, 4, 6)).sum(),
     "EmbeddingBag mean backward": lambda: (
         torch.nn.EmbeddingBag(5, 3).cuda()(torch.tensor([[0, 1]], device="cuda")).sum().backward()
     ),

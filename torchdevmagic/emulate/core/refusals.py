@@ -14,7 +14,11 @@ Under ``torch.use_deterministic_algorithms(True)``:
   (``nll_loss2d_forward_out_cuda_template``), and in the backward pass ``interpolate``'s
   linear modes, ``avg_pool3d``, ``adaptive_avg_pool2d``/``3d``, ``adaptive_max_pool2d``,
   ``fractional_max_pool2d``/``3d``, ``reflect`` padding of 1 and 3 dimensions,
-  ``grid_sample``, ``ctc_loss`` and ``embedding_bag(mode="max")``. Each is the installed
+  ``grid_sample``, ``ctc_loss`` and ``embedding_bag(mode="max")``. A backward refusal is
+  armed on every node the call made, so a spelling that wraps the op is caught by the op it
+  reaches (``adaptive_avg_pool1d``/``adaptive_max_pool1d`` are the 2-D ops between an
+  unsqueeze and a squeeze); an output size of ones is a ``mean`` on both builds,
+  deterministic. Each is the installed
   torch's documented list (``torch.use_deterministic_algorithms.__doc__``, read at import:
   an entry whose line is not there stays off) with the caller name of CUDA's kernel, as the
   CUDA build of torch 2.13 has them. Their words are torch's own: the CPU's alert
@@ -350,23 +354,52 @@ _DOCUMENTED = {
 NODES = {node: caller for node, caller in _NODES.items() if _documented(_DOCUMENTED[node])}
 
 
-def _armed(out: Any) -> None:
-    """Arm the backward refusal on the node that made ``out`` (the CPU result), if its
-    CUDA backward kernel alerts: it fires when backward reaches the node, as on a GPU."""
-    for t in out if isinstance(out, tuple) else (out,):
-        node = getattr(t, "grad_fn", None) if isinstance(t, _T) else None
-        for _ in range(3):  # ctc_loss's node sits under its reduction
-            if node is None:
-                break
+def _made_here(out: Any, inputs: Any) -> list[Any]:
+    """The autograd nodes the call made for ``out``: its graph, down to the inputs' own
+    nodes. A spelling that wraps the op (``adaptive_avg_pool1d`` is ``adaptive_avg_pool2d``
+    between an unsqueeze and a squeeze; ``ctc_loss`` ends in a reduction) is found by the
+    aten op it reached, not by the node on top."""
+    stop = {id(getattr(t, "grad_fn", None)) for t in _tensors(inputs)}
+    nodes: list[Any] = []
+    seen: set[int] = set()
+    todo = [getattr(t, "grad_fn", None) for t in _tensors(out)]
+    while todo and len(seen) < 64:
+        node = todo.pop()
+        if node is None or id(node) in seen or id(node) in stop:
+            continue
+        seen.add(id(node))
+        if type(node).__name__ == "AccumulateGrad":
+            continue
+        nodes.append(node)
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return nodes
+
+
+def _tensors(value: Any) -> list[Any]:
+    if isinstance(value, _T):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def _armed_for(inputs: Any) -> Callable[[Any], None]:
+    """Arm the backward refusal on each node the call made whose CUDA backward kernel
+    alerts (``out`` is the CPU result): it fires when backward reaches the node, as on a
+    GPU."""
+
+    def arm(out: Any) -> None:
+        for node in _made_here(out, inputs):
             name = type(node).__name__
             caller = NODES.get(name)
-            if caller is not None:
-                if name != "EmbeddingBagBackward0" or str(node._saved_mode) in ("max", "2"):
-                    node.register_prehook(_backward_alert(caller))
-                return
-            if name not in ("MeanBackward0", "DivBackward0", "SumBackward0"):
-                break
-            node = node.next_functions[0][0] if node.next_functions else None
+            if caller is None:
+                continue
+            if name != "EmbeddingBagBackward0" or str(node._saved_mode) in ("max", "2"):
+                node.register_prehook(_backward_alert(caller))
+
+    return arm
 
 
 def _backward_alert(caller: str) -> Callable[[Any], None]:
@@ -377,7 +410,7 @@ def _backward_alert(caller: str) -> Callable[[Any], None]:
 
 
 def _backward(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
-    return _armed if torch.is_grad_enabled() else None
+    return _armed_for((args, kwargs)) if torch.is_grad_enabled() else None
 
 
 # Set by ``ctc`` around a CTC loss a GPU runs on cuDNN: its backward is cuDNN's, no alert.
@@ -494,8 +527,13 @@ def _build() -> dict[Any, Rule]:
         "upsample_bicubic2d",
         "upsample_trilinear3d",
         "avg_pool3d",
+        "adaptive_avg_pool1d",
         "adaptive_avg_pool2d",
+        "_adaptive_avg_pool2d",
         "adaptive_avg_pool3d",
+        "_adaptive_avg_pool3d",
+        "adaptive_max_pool1d",
+        "adaptive_max_pool1d_with_indices",
         "adaptive_max_pool2d",
         "adaptive_max_pool2d_with_indices",
         "fractional_max_pool2d",
