@@ -190,7 +190,7 @@ def _casts(
         out = run(func, tuple(map(up, args)), {k: up(v) for k, v in kwargs.items()})
         if isinstance(out, tuple):
             return type(out)(o.to(dtype) if o.dtype == compute_in else o for o in out)
-        return out.to(dtype)
+        return out.to(dtype) if out.dtype == compute_in else out  # trace: int64 as on CUDA
 
     return handler
 

@@ -153,6 +153,30 @@ ROWS: dict[str, dict[str, Any]] = {
         "compute_in": "float32",  # the noise is drawn in float for Half too
         "cpu": lambda d: F.rrelu(_x(2, 4)(d), training=True),
     },
+    "abs.default": {
+        "functions": [
+            "torch.abs",
+            "Tensor.abs",
+            "torch.absolute",
+            "Tensor.absolute",
+            "F.softsign",  # x / (x.abs() + 1): float32 from bool and uint8 alike
+        ],
+        "cuda": None,  # no dtype the CPU computes is refused: no name is raised
+        "opinfo": "abs",  # abs_kernel_cuda dispatches a lambda: no template to read
+        "source": "aten/src/ATen/native/cuda/AbsKernel.cu",
+        "family": "elementwise",
+        "compute_in": "uint8",  # abs of 0 and 1 is themselves
+        "cpu": lambda d: torch.abs(_x(4)(d)),
+    },
+    "trace.default": {
+        "functions": ["torch.trace", "Tensor.trace"],
+        "cuda": None,
+        "opinfo": "trace",  # trace_cuda: the sum of the diagonal (int64 for integers, bool)
+        "source": "aten/src/ATen/native/native_functions.yaml (trace, CUDA: trace_cuda)",
+        "family": "reduction",
+        "compute_in": "uint8",  # trace of uint8 is int64, as a bool sum is
+        "cpu": lambda d: torch.trace(_x(3, 3)(d)),
+    },
     "linalg_matrix_power.default": {
         "functions": ["linalg.matrix_power", "torch.matrix_power", "Tensor.matrix_power"],
         "cuda": "addmm_cuda",  # matmul: mm of matrices, bmm of batches
@@ -193,6 +217,15 @@ def cuda_dtypes(library: bytes, kernel: str) -> set[str]:
     return found
 
 
+def opinfo_cuda_dtypes(name: str) -> set[str]:
+    """CUDA's dtypes as the installed torch's OpInfo ``name`` claims them (``test_dtypes``
+    checks the claim on a GPU; ``torch.testing._internal`` needs ``expecttest``)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    op = next(op for op in op_db if op.name == name and not op.variant_test_name)
+    return {str(d).split(".")[-1] for d in op.supported_dtypes("cuda")} & set(DTYPES)
+
+
 def cpu_dtypes(call: Callable[[Any], Any]) -> set[str]:
     computed = set()
     for name in DTYPES:
@@ -210,7 +243,10 @@ def build(library: bytes) -> tuple[dict[str, Any], dict[str, int]]:
     ops: dict[str, Any] = {}
     counts = {"read": len(ROWS), "mapped": 0, "refusals": 0, "gaps": 0}
     for op, row in ROWS.items():
-        cuda = cuda_dtypes(library, row["kernel"])
+        if "kernel" in row:
+            cuda = cuda_dtypes(library, row["kernel"])
+        else:  # a kernel this reader cannot find: OpInfo's claim, which torch's CI checks
+            cuda = opinfo_cuda_dtypes(row["opinfo"])
         name = row["cuda"]
         if not cuda or (name is not None and name.encode() + b"\0" not in library):
             print(f"left out: {op} (kernel or AT_DISPATCH name not in the library)")
