@@ -51,6 +51,11 @@ CASES: list[tuple[str, Any, str, Callable[[Any], Any]]] = [
         "cpu",
         lambda d: F.interpolate(_t(1, 2, 4, 4, dtype=d), scale_factor=2, mode="bicubic"),
     ),
+    ("angle", H, "cpu", lambda d: torch.angle(_t(4, dtype=d))),
+    ("angle", B, "cpu", lambda d: _t(4, dtype=d).angle()),
+    ("igamma", H, "cpu", lambda d: torch.igamma(_t(4, dtype=d) + 1, _t(4, dtype=d))),
+    ("igamma", B, "cpu", lambda d: torch.special.gammainc(_t(4, dtype=d) + 1, _t(4, dtype=d))),
+    ("igammac", H, "cpu", lambda d: torch.igammac(_t(4, dtype=d) + 1, _t(4, dtype=d))),
     ("_upsample_bilinear2d_aa", H, "cuda", _aa),
     ("_upsample_bilinear2d_aa", B, "cuda", _aa),
     ("_upsample_bilinear2d_aa", H, "cuda", _aa_op),
@@ -100,6 +105,13 @@ def test_the_emulated_gpu_agrees_with_opinfos_cuda_claim(
         assert out.device == torch.device("cuda", 0)
         assert out.dtype == RESULT.get(name, dtype)
         assert bool(torch.isfinite(out.float()).all())
+
+
+def test_a_binary_op_refuses_by_the_operands_common_dtype() -> None:
+    """igamma of float16 and float32 runs CUDA's float32 kernel: computed."""
+    with emulate_cuda():
+        out = torch.igamma(_t(4, dtype=H) + 1, _t(4, dtype=torch.float32))
+        assert out.dtype == torch.float32
 
 
 @pytest.mark.slow  # importing the OpInfo database takes seconds

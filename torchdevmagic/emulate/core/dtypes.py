@@ -40,6 +40,7 @@ _OWNERS: dict[str, Any] = {
     "linalg": torch.linalg,
     "VF": torch._C._VariableFunctions,
     "aten": torch.ops.aten,  # the op itself, as library code calls it
+    "special": getattr(torch._C, "_special", None),  # torch.special.gammainc: special_gammainc
 }
 _DTYPES = {str(d).split(".")[-1]: d for d in SCALAR_NAMES}
 _interpolate = torch.nn.functional.interpolate
@@ -115,6 +116,10 @@ def _refuses(dtypes: frozenset[Any], row: dict[str, Any], f: Any) -> Rule:
         if name is None:
             return None
         dtype = x.dtype
+        if row.get("binary"):  # the kernel dispatches the operands' common dtype
+            other = args[1] if len(args) > 1 else kwargs.get("other")
+            if other is None or torch.result_type(x, other) != dtype:
+                return None
 
         def refuse(out: Any) -> None:
             __tracebackhide__ = True  # IPython and pytest show the caller

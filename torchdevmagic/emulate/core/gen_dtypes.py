@@ -177,6 +177,32 @@ ROWS: dict[str, dict[str, Any]] = {
         "compute_in": "uint8",  # trace of uint8 is int64, as a bool sum is
         "cpu": lambda d: torch.trace(_x(3, 3)(d)),
     },
+    "angle.default": {
+        "functions": ["torch.angle", "Tensor.angle"],
+        "cuda": "angle_cuda",
+        "opinfo": "angle",  # angle_kernel_cuda dispatches a lambda: no template to read
+        "source": "aten/src/ATen/native/cuda/UnaryComplexKernels.cu",
+        "family": "elementwise",
+        "cpu": lambda d: torch.angle(_x(4)(d)),
+    },
+    "igammac.default": {
+        "functions": ["torch.igammac", "Tensor.igammac", "special.special_gammaincc"],
+        "binary": True,  # CUDA dispatches the operands' common dtype
+        "cuda": "igammac_cuda",
+        "opinfo": "igammac",
+        "source": "aten/src/ATen/native/cuda/IGammaKernel.cu",
+        "family": "elementwise",
+        "cpu": lambda d: torch.igammac(_x(4)(d) + 1, _x(4)(d) + 1),
+    },
+    "igamma.default": {
+        "functions": ["torch.igamma", "Tensor.igamma", "special.special_gammainc"],
+        "binary": True,
+        "cuda": "igamma_cuda",  # not among the library's strings: left out
+        "opinfo": "igamma",
+        "source": "aten/src/ATen/native/cuda/IGammaKernel.cu",
+        "family": "elementwise",
+        "cpu": lambda d: torch.igamma(_x(4)(d) + 1, _x(4)(d) + 1),
+    },
     "linalg_matrix_power.default": {
         "functions": ["linalg.matrix_power", "torch.matrix_power", "Tensor.matrix_power"],
         "cuda": "addmm_cuda",  # matmul: mm of matrices, bmm of batches
