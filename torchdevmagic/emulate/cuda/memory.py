@@ -125,6 +125,9 @@ class Ledger:
         # extension records where CUDA was first initialised)
         self.on_start: Optional[Callable[[], None]] = None
         self.made = 0  # fresh emulated storages registered so far (pytest counts tests by it)
+        # the bytes torch.cuda.set_per_process_memory_fraction allows on each device (None:
+        # no limit)
+        self.allowed: list[Optional[int]] = [None] * count
 
     def started(self) -> None:
         """CUDA would have made its context now: the first storage, or torch.cuda.init."""
@@ -183,7 +186,7 @@ class Ledger:
             settle()
         bound = _BYTES
         total = bound[index] + nbytes
-        if total > self.capacity or (total > self.reserved[index] and self.taken(index, total)):
+        if total > self.capacity or (total > self.reserved[index] and self.short(index, total)):
             error = self.refusal(device, nbytes, storage)
             if error is not None:
                 raise error
@@ -209,7 +212,7 @@ class Ledger:
             settle()
         index = device.index or 0
         total = _BYTES[index] + nbytes
-        if total > self.capacity or (total > self.reserved[index] and self.taken(index, total)):
+        if total > self.capacity or (total > self.reserved[index] and self.short(index, total)):
             error = self.refusal(device, nbytes)
             if error is not None:
                 raise error
@@ -241,6 +244,27 @@ class Ledger:
         found.append((os.getpid(), min(self.reserved[index], self.capacity)))
         return sorted(found)
 
+    def set_fraction(self, index: int, fraction: float) -> None:
+        """The caching allocator's ``setMemoryFraction``: below 1, this process may reserve
+        at most ``fraction`` of device ``index``'s total (``allowed_memory_maximum``,
+        truncated to bytes); 1 lifts the limit."""
+        self.allowed[index] = int(fraction * self.capacity) if fraction < 1.0 else None
+
+    def get_fraction(self, index: int) -> float:
+        """``getMemoryFraction``: the bytes allowed over the total (1.0 without a limit)."""
+        allowed = self.allowed[index]
+        return 1.0 if allowed is None else allowed / self.capacity
+
+    def over_allowed(self, index: int, total: int) -> bool:
+        """Whether reserving for ``total`` bytes passes the fraction set for device ``index``
+        (a real allocator refuses a new segment past it before it asks the driver)."""
+        allowed = self.allowed[index]
+        return allowed is not None and _blocks(total) > allowed
+
+    def short(self, index: int, total: int) -> bool:
+        """Reserved memory must grow to hold ``total``: whether the growth may be refused."""
+        return self.over_allowed(index, total) or self.taken(index, total)
+
     def taken(self, index: int, total: int) -> bool:
         """Whether ``total`` bytes of this process's do not fit on device ``index`` beside the
         other processes' (read now: this process's reserved memory must grow)."""
@@ -261,7 +285,8 @@ class Ledger:
         gc.collect()  # what only a reference cycle keeps goes first, as Python would
         allocated = self.exact(pending)[index]
         self.processes(index)
-        if allocated + nbytes + self.others[index] <= self.capacity:
+        over = self.over_allowed(index, allocated + nbytes)
+        if not over and allocated + nbytes + self.others[index] <= self.capacity:
             return None
         # CUDA's caching allocator frees its unused cached blocks and retries before it gives
         # up: what stays reserved is the blocks in use.
@@ -269,7 +294,15 @@ class Ledger:
         self.publish()
         processes = self.processes(index)
         reserved = self.reserved[index]
-        return out_of_memory(index, nbytes, allocated, self.capacity, reserved, processes=processes)
+        return out_of_memory(
+            index,
+            nbytes,
+            allocated,
+            self.capacity,
+            reserved,
+            processes=processes,
+            allowed=self.allowed[index],
+        )
 
     def reset_peak(self, index: int) -> None:
         self.peak[index] = self.exact()[index]
@@ -287,10 +320,13 @@ def out_of_memory(
     reserved: int,
     *,
     processes: Optional[list[tuple[int, int]]] = None,
+    allowed: Optional[int] = None,
 ) -> Any:
     """CUDA's out-of-memory error. ``processes``: (pid, bytes in use) of each process on the
     device, this one included, as NVML lists them (``reportProcessMemoryInfo`` in c10's
-    CUDACachingAllocator.cpp); the device's free memory is what none of them holds."""
+    CUDACachingAllocator.cpp); the device's free memory is what none of them holds.
+    ``allowed``: the bytes ``set_per_process_memory_fraction`` allows, which the message
+    states where a fraction was set."""
     me = os.getpid()
     if processes is None:
         processes = [(me, min(reserved, capacity))]
@@ -301,10 +337,12 @@ def out_of_memory(
         + f" has {format_size(n)} memory in use. "
         for pid, n in processes
     )
+    limit = "" if allowed is None else f"{format_size(allowed)} allowed; "
     text = (
         f"CUDA out of memory. Tried to allocate {format_size(size)}. GPU {index} has a total "
-        f"capacity of {format_size(capacity)} of which {format_size(free)} is free. {in_use}Of "
-        f"the allocated memory {format_size(allocated)} is allocated by PyTorch, and "
+        f"capacity of {format_size(capacity)} of which {format_size(free)} is free. "
+        f"{in_use}{limit}Of the allocated memory {format_size(allocated)} is allocated by "
+        "PyTorch, and "
         f"{format_size(unallocated)} is reserved by PyTorch but unallocated. If reserved but "
         "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:"
         "True to avoid fragmentation.  See documentation for Memory Management  "

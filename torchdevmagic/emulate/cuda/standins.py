@@ -23,6 +23,8 @@ from torchdevmagic.emulate.core import syncs as _syncs
 from torchdevmagic.emulate.cuda.devices import Devices, bad_fork
 from torchdevmagic.emulate.cuda.memory import Ledger
 
+_get_device_index: Any = torch.cuda._utils._get_device_index
+
 # The memory functions, stood in for in torch.cuda and in torch.cuda.memory alike.
 _COUNTS = ("allocation", "active", "segment", "inactive_split")
 _EVENTS = (
@@ -42,6 +44,8 @@ MEMORY_NAMES = (
     "mem_get_info",
     "empty_cache",
     "memory_stats",
+    "set_per_process_memory_fraction",
+    "get_per_process_memory_fraction",  # torch 2.8+
 )
 
 NAME = "Emulated CUDA GPU (torchdevmagic, runs on CPU)"
@@ -298,6 +302,34 @@ class CudaStandIns:
     def empty_cache(self) -> None:
         self.ledger.empty_cache()
 
+    def set_per_process_memory_fraction(self, fraction: Any, device: Any = None) -> None:
+        """torch's argument checks (torch/cuda/memory.py), then the caching allocator's:
+        a device it has no allocator for (``NativeCachingAllocator::setMemoryFraction``)."""
+        index = self._allocator_device(device)
+        if not isinstance(fraction, float):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if fraction < 0 or fraction > 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        self._check_allocator(index)
+        self.ledger.set_fraction(index, fraction)
+
+    def get_per_process_memory_fraction(self, device: Any = None) -> float:
+        index = self._allocator_device(device)
+        self._check_allocator(index)
+        return self.ledger.get_fraction(index)
+
+    def _allocator_device(self, device: Any) -> int:
+        """The device index torch passes to the allocator: the current device for None,
+        else ``_get_device_index`` (which refuses a CPU device), unchecked against the count."""
+        self.init()
+        if device is None:
+            return self.devices.current
+        return int(_get_device_index(device))
+
+    def _check_allocator(self, index: int) -> None:
+        if not 0 <= index < self.devices.count:
+            raise RuntimeError(f"Allocator not initialized for device {index}: did you call init?")
+
     def memory_stats(self, device: Any = None) -> dict[str, int]:
         index = self.index(device)
         allocated = self.ledger.allocated(index)
@@ -410,7 +442,11 @@ class CudaStandIns:
             "stream",
             "is_current_stream_capturing",
         ]
-        table: dict[str, Any] = {name: getattr(self, name) for name in names}
+        table: dict[str, Any] = {
+            name: getattr(self, name)
+            for name in names
+            if name not in MEMORY_NAMES or hasattr(torch.cuda, name)  # the installed torch's
+        }
         table["_lazy_init"] = self.init
         table["Stream"] = self.Stream
         table["Event"] = self.Event
