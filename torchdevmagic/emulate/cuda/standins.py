@@ -250,15 +250,19 @@ class CudaStandIns:
         return self.initialized or self.ledger.used
 
     def get_device_name(self, device: Any = None) -> str:
-        self.index(device)
-        return NAME
+        return self.get_device_properties(device).name
 
     def get_device_capability(self, device: Any = None) -> tuple[int, int]:
-        self.index(device)
+        self.get_device_properties(device)
         return (8, 0)
 
     def get_device_properties(self, device: Any = None) -> DeviceProperties:
-        index = self.index(device)
+        """torch/cuda/__init__.py's checks: an index past the count is its AssertionError
+        (DataParallel's ``device_ids=[0, 1]`` on one GPU meets it in ``_check_balance``)."""
+        self.init()
+        index = int(_get_device_index(device, optional=True))
+        if index < 0 or index >= self.devices.count:
+            raise AssertionError("Invalid device id")
         uuid = f"GPU-00000000-0000-0000-0000-emulated{index:04d}"
         return DeviceProperties(NAME, self.ledger.capacity, uuid=uuid, pci_bus_id=index + 1)
 
