@@ -28,9 +28,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from torchdevmagic.emulate.core.refusals import Rule, both
 from torchdevmagic.emulate.core.rules import SCALAR_NAMES
 
-Rule = Callable[[Any, Any], Optional[Callable[[Any], None]]]
 _T = torch.Tensor
 _OWNERS: dict[str, Any] = {
     "torch": torch,
@@ -154,23 +154,6 @@ def cuda_words(func: Any, args: Any, kwargs: Any, exc: BaseException) -> BaseExc
             if name is not None:
                 return dispatch_error(name, dtype).with_traceback(exc.__traceback__)
     return exc
-
-
-def both(first: Rule, second: Rule) -> Rule:
-    """Two rules for one function: each sees the call, the first's after-hook runs first."""
-
-    def rule(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
-        afters = [a for a in (first(args, kwargs), second(args, kwargs)) if a is not None]
-        if len(afters) < 2:
-            return afters[0] if afters else None
-
-        def after(out: Any) -> None:
-            for a in afters:
-                a(out)
-
-        return after
-
-    return rule
 
 
 Handler = Callable[[Any, Any, Any], Any]

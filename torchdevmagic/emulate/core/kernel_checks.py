@@ -28,13 +28,13 @@ the CPU's pad it. The rule is computed from sizes and strides, as torch computes
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
+from torchdevmagic.emulate.core.refusals import Rule
 from torchdevmagic.emulate.core.rules import SCALAR_NAMES
 
-Rule = Callable[[Any, Any], Optional[Callable[[Any], None]]]
 _T = torch.Tensor
 _F: Any = torch.nn.functional
 _nn: Any = torch._C._nn
@@ -201,16 +201,3 @@ def _build() -> dict[Any, Rule]:
 
 
 TABLE: dict[Any, Rule] = _build()
-
-
-def chained(first: Rule, second: Optional[Rule]) -> Rule:
-    """``first``'s check, then ``second``'s rule (another table's, for the same function)."""
-    if second is None:
-        return first
-
-    def rule(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
-        __tracebackhide__ = True  # IPython and pytest show the caller
-        first(args, kwargs)
-        return second(args, kwargs)
-
-    return rule

@@ -181,9 +181,9 @@ def _waiting(rule: Any, func: Any) -> Any:
 
 _BEFORE: dict[Any, Any] = dict(_refusals.TABLE)
 for _f, _rule in _kernel_checks.TABLE.items():
-    _BEFORE[_f] = _kernel_checks.chained(_rule, _BEFORE.get(_f))
+    _BEFORE[_f] = _refusals.both(_rule, _BEFORE[_f]) if _f in _BEFORE else _rule
 for _f, _rule in _dtypes.TABLE.items():  # dtypes CUDA's kernels lack
-    _BEFORE[_f] = _dtypes.both(_BEFORE[_f], _rule) if _f in _BEFORE else _rule
+    _BEFORE[_f] = _refusals.both(_BEFORE[_f], _rule) if _f in _BEFORE else _rule
 for _f in _syncs.WAITING:
     _BEFORE[_f] = _waiting(_BEFORE.get(_f), _f)
 

@@ -576,3 +576,20 @@ def _build() -> dict[Any, Rule]:
 
 
 TABLE: dict[Any, Rule] = _build()
+
+
+def both(first: Rule, second: Rule) -> Rule:
+    """Two rules for one function: each sees the call, the first's after-hook runs first."""
+
+    def rule(args: Any, kwargs: Any) -> Optional[Callable[[Any], None]]:
+        afters = [a for a in (first(args, kwargs), second(args, kwargs)) if a is not None]
+        if len(afters) < 2:
+            return afters[0] if afters else None
+
+        def after(out: Any) -> None:
+            for a in afters:
+                a(out)
+
+        return after
+
+    return rule
