@@ -122,39 +122,34 @@ class LegacyCudaSparseType(LegacyCudaType):
 
 def sparse_stand_ins(devices: Devices) -> dict[str, Any]:
     """``torch.cuda.sparse`` attribute -> stand-in, for each of its legacy tensor types."""
-    table: dict[str, Any] = {}
-    for name, value in vars(torch.cuda.sparse).items():
-        cpu_type = getattr(torch.sparse, name, None)
-        if not isinstance(value, _TensorType) or not isinstance(cpu_type, _TensorType):
-            continue
-        namespace = {
-            "dtype": value.dtype,
-            "cpu_type": cpu_type,
-            "devices": devices,
-            "__module__": "torch.cuda.sparse",
-            "__qualname__": name,
-        }
-        table[name] = LegacyCudaSparseType(name, (), namespace)
-    return table
+    return _stand_ins(torch.cuda.sparse, torch.sparse, LegacyCudaSparseType, devices)
 
 
 def stand_ins(devices: Devices) -> dict[str, Any]:
     """``torch.cuda`` attribute -> stand-in, for each of its dense legacy tensor types."""
+    return _stand_ins(torch.cuda, torch, LegacyCudaType, devices)
+
+
+def _stand_ins(cuda: Any, cpu: Any, metaclass: Any, devices: Devices) -> dict[str, Any]:
+    """A stand-in of ``metaclass`` for each legacy CUDA tensor type in module ``cuda`` whose
+    CPU type of the same name is in ``cpu`` (``torch.cuda``'s dense ones: ``torch.cuda``
+    also lists the sparse ones, which go with ``torch.cuda.sparse``)."""
+    sparse = cuda is torch.cuda.sparse
     table: dict[str, Any] = {}
-    for name, value in vars(torch.cuda).items():
-        if not isinstance(value, _TensorType) or not value.is_cuda or value.is_sparse:
+    for name, value in vars(cuda).items():
+        if not isinstance(value, _TensorType) or not value.is_cuda or value.is_sparse != sparse:
             continue
-        cpu_type = getattr(torch, name, None)
+        cpu_type = getattr(cpu, name, None)
         if not isinstance(cpu_type, _TensorType):
             continue
         namespace = {
             "dtype": value.dtype,
             "cpu_type": cpu_type,
             "devices": devices,
-            "__module__": "torch.cuda",
+            "__module__": cuda.__name__,
             "__qualname__": name,
         }
-        table[name] = LegacyCudaType(name, (), namespace)
+        table[name] = metaclass(name, (), namespace)
     return table
 
 
