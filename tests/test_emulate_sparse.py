@@ -259,6 +259,32 @@ def test_a_sparse_tensor_saves_and_loads_as_a_cuda_one(emu: Any) -> None:
     assert torch.equal(loaded["adj"].cpu().to_dense(), s.to_dense())
     back = pickle.loads(pickle.dumps(gpu))
     assert back.is_cuda and torch.equal(back.cpu().to_dense(), s.to_dense())
+    # torch keeps a sparse tensor unpickled outside torch.load alive in a list until the next
+    # load validates it (torch/_utils.py, _sparse_tensors_to_validate), on a GPU too: its
+    # memory would stay counted for the tests after this one. Validate it as torch.load does.
+    torch._utils._validate_loaded_sparse_tensors()
+
+
+def test_leaving_to_the_cpu_brings_sparse_tensors_and_frees_their_memory() -> None:
+    from torchdevmagic.emulate import start, stop
+
+    start()
+    try:
+        adj = torch.eye(3).to_sparse().cuda()
+        csr = torch.eye(4).to_sparse_csr().cuda()
+        dense = torch.ones(2, device="cuda")
+        assert torch.cuda.memory_allocated() > 0
+    finally:
+        stop(to="cpu")
+    assert (adj.device.type, csr.device.type, dense.device.type) == ("cpu",) * 3
+    assert adj.is_sparse and torch.equal(adj.to_dense(), torch.eye(3))
+    assert torch.equal(csr.to_dense(), torch.eye(4))
+    start()
+    try:
+        gc.collect()
+        assert torch.cuda.memory_allocated() == 0  # nothing of them is counted any more
+    finally:
+        stop()
 
 
 def test_devices_shows_the_sparse_adjacency_on_the_gpu(emu_shell: Any) -> None:

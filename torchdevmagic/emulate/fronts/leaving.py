@@ -36,21 +36,30 @@ def to_cpu() -> int:
     emulated GPU's memory count; returns how many did. One that torch refuses to swap (its
     wrapper held by C++, as a graph on the wrappers would hold it) stays as it is."""
     from torchdevmagic.emulate.core.moves import leave
-    from torchdevmagic.emulate.core.tensor import EmulatedTensor
+    from torchdevmagic.emulate.core.tensor import SPARSE_PARTS, EmulatedTensor
     from torchdevmagic.emulate.cuda.memory import forget
 
     tensors = [obj for obj in gc.get_objects() if type(obj) is EmulatedTensor]
     moved = 0
     for t in tensors:
         inner = t.__dict__["_inner"]
+        held = _holders(inner, SPARSE_PARTS)
         # its gradient comes along to the CPU: counted too once read through the wrapper
         grad = inner.grad if inner.is_leaf else None
+        if grad is not None:
+            held += _holders(grad, SPARSE_PARTS)
         try:
             leave(t)
         except RuntimeError:
             continue
-        forget(inner.untyped_storage())
-        if grad is not None:
-            forget(grad.untyped_storage())
+        for x in held:
+            forget(x.untyped_storage())
         moved += 1
     return moved
+
+
+def _holders(t: Any, sparse_parts: Mapping[Any, tuple[str, ...]]) -> list[Any]:
+    """The tensors whose storages hold ``t``'s data: itself, or a sparse tensor's components
+    (it has no storage of its own; the memory count took each component's)."""
+    parts = sparse_parts.get(t.layout)
+    return [getattr(t, name)() for name in parts] if parts else [t]
