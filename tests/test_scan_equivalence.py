@@ -100,9 +100,11 @@ def _stepped_adamw(model: nn.Module, extra: Any, odd_table: bool) -> torch.optim
     """AdamW after a step (step, exp_avg, exp_avg_sq per parameter: read column-wise), with
     one more state entry from the pool (a subclass, a view, an alias, a meta tensor) and
     maybe one per-parameter table that is a dict subclass (read one at a time)."""
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.device.type == "cpu"])
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p) if p.device.type == "cpu" else None
+    # (a pooled Parameter set as ``stray`` registers as one: an int8 one cannot take a step)
+    stepped = [p for p in model.parameters() if p.device.type == "cpu" and p.is_floating_point()]
+    opt = torch.optim.AdamW(stepped)
+    for p in stepped:
+        p.grad = torch.zeros_like(p)
     opt.step()
     first = next(iter(opt.state))
     opt.state[first]["extra"] = extra
